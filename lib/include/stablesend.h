@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libstablesend: stable, single-copy file-to-socket transmission.
+ *
+ * The library is a thin layer over /dev/stablesend (see
+ * <linux/stablesend.h> for the kernel ABI):
+ *
+ *  - stablesend_sendfile() is a drop-in for sendfile(2) that is stable: the
+ *    bytes sent are the file's content during the call, never a later
+ *    write's.  It uses the module when present and pread(2)+send(2)
+ *    otherwise.
+ *
+ *  - stablesend_open() / _submit() / _reap() / _cancel() / _close() drive
+ *    one asynchronous context (one open of the device).
+ *
+ * Requests and completions are the kernel's own structures:
+ * struct stablesend_req, struct stablesend_cqe and struct
+ * stablesend_counters come from <linux/stablesend.h> unchanged, so a
+ * submission is passed to the kernel without conversion.  The header and
+ * trailer of a request are user pointers stored in __u64 fields; use
+ * stablesend_prep_req() and stablesend_prep_hdtr() to fill them.
+ *
+ * Functions that return int report errors as -errno (errno is left
+ * alone); stablesend_sendfile() and stablesend_open() follow their libc
+ * counterparts and set errno.
+ */
+#ifndef STABLESEND_H
+#define STABLESEND_H
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
+#include <linux/stablesend.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* stablesend_open() flags. */
+#define STABLESEND_OPEN_NONBLOCK	(1U << 0) /* EAGAIN instead of waiting */
+#define STABLESEND_OPEN_FLAGS		(STABLESEND_OPEN_NONBLOCK)
+
+/* stablesend_sendfile_path() results. */
+#define STABLESEND_PATH_NONE		0 /* no call has moved data yet */
+#define STABLESEND_PATH_MODULE		1 /* /dev/stablesend */
+#define STABLESEND_PATH_COPY		2 /* pread(2) + send(2)/write(2) */
+
+/* Environment variable: "1" makes a missing module an error (ENODEV). */
+#define STABLESEND_ENV_REQUIRE_MODULE	"STABLESEND_REQUIRE_MODULE"
+
+struct stablesend;
+
+ssize_t stablesend_sendfile(int out_fd, int in_fd, off_t *offset, size_t count);
+int stablesend_sendfile_path(void);
+
+struct stablesend *stablesend_open(int eventfd, unsigned int flags);
+struct stablesend *stablesend_open_limit(int eventfd, unsigned int flags,
+					 uint64_t mem_limit);
+void stablesend_close(struct stablesend *ss);
+int stablesend_fd(struct stablesend *ss);
+
+int stablesend_submit(struct stablesend *ss,
+		      const struct stablesend_req *reqs, unsigned int n);
+int stablesend_reap(struct stablesend *ss, struct stablesend_cqe *cqes,
+		    unsigned int max, int timeout_ms);
+int stablesend_cancel(struct stablesend *ss, __u64 user_data);
+
+int stablesend_counters(struct stablesend *ss, struct stablesend_counters *c);
+__u64 stablesend_features(struct stablesend *ss);
+__u64 stablesend_mem_limit(struct stablesend *ss);
+unsigned int stablesend_abi_version(struct stablesend *ss);
+const char *stablesend_feature_name(__u64 feature);
+
+const char *stablesend_version(void);
+
+/*
+ * Fill in a request: the whole structure is cleared first, so reserved
+ * fields are zero and there is no header, trailer or flag.
+ */
+static inline void stablesend_prep_req(struct stablesend_req *req,
+				       int file_fd, int sock_fd, __u64 offset,
+				       __u64 len, __u64 user_data)
+{
+	memset(req, 0, sizeof(*req));
+	req->file_fd = file_fd;
+	req->sock_fd = sock_fd;
+	req->offset = offset;
+	req->len = len;
+	req->user_data = user_data;
+}
+
+/* Attach header and trailer bytes (NULL/0 for none); copied at submission. */
+static inline void stablesend_prep_hdtr(struct stablesend_req *req,
+					const void *head, __u32 head_len,
+					const void *tail, __u32 tail_len)
+{
+	req->head = (__u64)(uintptr_t)head;
+	req->head_len = head_len;
+	req->tail = (__u64)(uintptr_t)tail;
+	req->tail_len = tail_len;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STABLESEND_H */

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to libstablesend.  Everything not named stablesend_* is local to
+ * the shared library (libstablesend.map); internal symbols that must be
+ * shared between files use the ss_ prefix.
+ */
+#ifndef STABLESEND_INTERNAL_H
+#define STABLESEND_INTERNAL_H
+
+#include "stablesend.h"
+
+/*
+ * The kernel caps one read/write/sendfile at INT_MAX rounded down to a
+ * page (MAX_RW_COUNT); so do we, which also keeps every result in the int
+ * an ioctl() returns.
+ */
+#define SS_MAX_RW_COUNT		0x7ffff000UL
+
+/*
+ * Device path.  A variable rather than the macro only so that tests linked
+ * with libstablesend.a can point it elsewhere; the shared library does not
+ * export it.
+ */
+extern const char *ss_device_path;
+
+struct stablesend {
+	int fd;
+	unsigned int flags;
+	struct stablesend_setup setup;
+};
+
+#endif /* STABLESEND_INTERNAL_H */
