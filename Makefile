@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# stablesend: top-level build and test entry points.  `make help` lists them.
+
+VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' dkms.conf)
+PREFIX ?= /usr/local
+DESTDIR ?=
+export STABLESEND_CACHE ?= /var/cache/stablesend
+
+# Kernel to build the module for with `make all`/`sparse`: the running one,
+# else the newest whose headers are installed.
+KVER ?= $(shell if [ -d /lib/modules/$$(uname -r)/build ]; then uname -r; \
+	  else ls -d /lib/modules/*/build 2>/dev/null | sort -V | tail -1 | \
+	  cut -d/ -f4; fi)
+KDIR ?= /lib/modules/$(KVER)/build
+
+KERNEL_SRC_PKG := linux-source-6.12
+CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
+KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
+
+.PHONY: all module lib check check-host demo install dkms-install dkms-remove \
+	style sparse clean help deps
+
+all: module lib
+
+help:
+	@echo "make demo          boot a stock Debian kernel in QEMU, show stable sends"
+	@echo "make check         style, sparse, host tests, the QEMU kernel matrix"
+	@echo "make all           module (KVER=$(KVER)), library and tool"
+	@echo "make install       library, headers, tool, man pages (PREFIX, DESTDIR)"
+	@echo "make dkms-install  register, build and install the module with DKMS"
+	@echo "make style|sparse  checkpatch --strict / sparse over module/ and uapi/"
+	@echo "tests/vm --help    run anything in a guest"
+
+module:
+	@test -d "$(KDIR)" || { echo "no kernel headers at $(KDIR): apt-get install linux-headers-$(KVER)" >&2; exit 1; }
+	$(MAKE) -C module KDIR=$(KDIR) W=1
+
+lib:
+	$(MAKE) -C lib
+
+deps:
+	@tests/harness/deps host
+
+check:
+	@tests/harness/deps host
+	@tests/check
+
+demo:
+	@tests/harness/deps host
+	@tests/demo
+
+install: lib
+	$(MAKE) -C lib install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
+
+# The module source DKMS builds from: dkms.conf, module/ and uapi/.
+dkms-install:
+	rm -rf /usr/src/stablesend-$(VERSION)
+	mkdir -p /usr/src/stablesend-$(VERSION)
+	cp -r dkms.conf module uapi /usr/src/stablesend-$(VERSION)/
+	dkms remove -m stablesend -v $(VERSION) --all >/dev/null 2>&1 || true
+	dkms add -m stablesend -v $(VERSION)
+	dkms install -m stablesend -v $(VERSION) -k $(KVER)
+
+dkms-remove:
+	dkms remove -m stablesend -v $(VERSION) --all
+	rm -rf /usr/src/stablesend-$(VERSION)
+
+$(CHECKPATCH):
+	@tests/harness/deps style
+	mkdir -p $(STABLESEND_CACHE)/checkpatch
+	tar -xJf /usr/src/$(KERNEL_SRC_PKG).tar.xz --strip-components=1 \
+		-C $(STABLESEND_CACHE)/checkpatch \
+		$(KERNEL_SRC_PKG)/scripts/checkpatch.pl \
+		$(KERNEL_SRC_PKG)/scripts/spelling.txt \
+		$(KERNEL_SRC_PKG)/scripts/const_structs.checkpatch
+
+style: $(CHECKPATCH)
+	$(CHECKPATCH) --strict --no-tree --show-types -f $(KSOURCES)
+
+sparse: module
+	@command -v sparse >/dev/null || tests/harness/deps style
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/module C=2 CHECK="sparse -Wno-unknown-attribute" W=1 modules 2>&1 | \
+		tee /dev/stderr | { ! grep -E '(warning|error):'; }
+
+clean:
+	-$(MAKE) -C module KDIR=$(KDIR) clean
+	$(MAKE) -C lib clean

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Backports of the newest kernel API to the kernels stablesend builds for.
+ * Force-included by Kbuild after compat/probed.h; the rest of the module is
+ * written against the newest API and carries no version checks.
+ */
+#ifndef _STABLESEND_COMPAT_H
+#define _STABLESEND_COMPAT_H
+
+#include <linux/eventfd.h>
+#include <linux/uio.h>
+
+#ifndef HAVE_ITER_DEST
+#define ITER_DEST	READ
+#define ITER_SOURCE	WRITE
+#endif
+
+#ifndef HAVE_EVENTFD_SIGNAL_NOCOUNT
+/* 6.8 dropped the count argument; every caller passed 1. */
+static inline void stablesend_eventfd_signal(struct eventfd_ctx *ctx)
+{
+	eventfd_signal(ctx, 1);
+}
+
+#define eventfd_signal(ctx) stablesend_eventfd_signal(ctx)
+#endif
+
+struct socket;
+struct msghdr;
+
+#ifdef HAVE_KERNEL_SENDPAGE
+/*
+ * Before 6.5 TCP, AF_UNIX and kTLS take pages by reference only through
+ * ->sendpage; compat/sendpage.c feeds a bvec iterator to it page by page.
+ */
+#ifndef MSG_SPLICE_PAGES
+#define MSG_SPLICE_PAGES	0
+#endif
+int stablesend_sendmsg(struct socket *sock, struct msghdr *msg);
+#else
+#include <linux/net.h>
+
+static inline int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
+{
+	return sock_sendmsg(sock, msg);
+}
+#endif
+
+#endif /* _STABLESEND_COMPAT_H */

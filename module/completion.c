@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Completions: a request leaves its socket's FIFO exactly once
+ * (ss_req_finish: sent, failed, cancelled or aborted), which posts its SENT
+ * record; its pages are then watched until the network stack has dropped
+ * every reference (ss_reaper), which returns them to the pool and posts the
+ * RELEASED record.  Frags hold plain page references, so there is no
+ * callback: the reaper looks at page counts, oldest first, every tick while
+ * anything is in flight, and not at all otherwise.
+ */
+#include <linux/eventfd.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/slab.h>
+
+#include "stablesend.h"
+
+static LIST_HEAD(ss_inflight);
+static DEFINE_SPINLOCK(ss_inflight_lock);
+static void ss_reaper_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(ss_reaper, ss_reaper_fn);
+
+/* Queue one record on @req's open, using the node reserved for it. */
+static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
+		    u32 flags)
+{
+	struct ss_cqe_node *node = *nodep;
+	struct ss_ctx *ctx = req->ctx;
+	bool closed;
+
+	*nodep = NULL;
+	node->cqe.user_data = req->user_data;
+	node->cqe.res = res;
+	node->cqe.flags = flags;
+	spin_lock(&ctx->lock);
+	ctx->cq_reserved--;
+	req->cq_charged--;
+	closed = ctx->closed;
+	if (!closed) {
+		list_add_tail(&node->node, &ctx->cq);
+		ctx->cq_nr++;
+	}
+	spin_unlock(&ctx->lock);
+	if (closed) {
+		kfree(node);
+		return;
+	}
+	wake_up_interruptible_poll(&ctx->cq_wait, EPOLLIN | EPOLLRDNORM);
+	if (ctx->evfd)
+		eventfd_signal(ctx->evfd);
+}
+
+/* Pages idle: give them back, tell whoever asked, drop the pipeline's reference. */
+static void ss_req_release(struct ss_req *req)
+{
+	atomic64_sub(req->charged, &ss_stats.bytes_in_flight);
+	atomic64_dec(&ss_stats.requests_in_flight);
+	if (req->cqe_released)
+		ss_post(req, &req->cqe_released, 0, STABLESEND_CQE_RELEASED);
+	ss_req_free_pages(req);
+	ss_req_put(req);
+}
+
+/**
+ * ss_req_finish - a request is off its socket's FIFO for good
+ * @req:	the request; the caller has unlinked it from the FIFO
+ * @res:	bytes sent, or -errno
+ */
+void ss_req_finish(struct ss_req *req, s64 res)
+{
+	struct ss_ctx *ctx = req->ctx;
+	bool idle;
+
+	req->res = res;
+	spin_lock(&ctx->lock);
+	list_del_init(&req->ctx_node);
+	ctx->stats.completed++;
+	if (res < 0)
+		ctx->stats.failed++;
+	if (res == -ECANCELED)
+		ctx->stats.cancelled++;
+	ctx->stats.bytes_sent += req->sent;
+	if (req->copied && req->sent)
+		ctx->stats.copied++;
+	spin_unlock(&ctx->lock);
+	atomic64_add(req->sent, &ss_stats.bytes_sent);
+	if (res < 0)
+		atomic64_inc(&ss_stats.errors);
+	if (req->copied && req->sent)
+		atomic64_inc(&ss_stats.copied);
+
+	if (req->sync)
+		complete(&req->done);
+	else
+		ss_post(req, &req->cqe_sent, res, STABLESEND_CQE_SENT |
+			(req->copied && req->sent ? STABLESEND_CQE_COPIED : 0));
+
+	ss_sock_put(req->sock);
+	req->sock = NULL;
+
+	spin_lock(&ss_inflight_lock);
+	idle = ss_req_pages_idle(req);
+	if (!idle)
+		list_add_tail(&req->inflight, &ss_inflight);
+	spin_unlock(&ss_inflight_lock);
+	if (idle)
+		ss_req_release(req);
+	else
+		queue_delayed_work(ss_wq, &ss_reaper, 1);
+}
+
+static void ss_reaper_fn(struct work_struct *work)
+{
+	struct ss_req *req, *tmp;
+	LIST_HEAD(idle);
+	bool more;
+
+	spin_lock(&ss_inflight_lock);
+	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight)
+		if (ss_req_pages_idle(req))
+			list_move_tail(&req->inflight, &idle);
+	more = !list_empty(&ss_inflight);
+	spin_unlock(&ss_inflight_lock);
+
+	list_for_each_entry_safe(req, tmp, &idle, inflight) {
+		list_del_init(&req->inflight);
+		ss_req_release(req);
+	}
+	if (more)
+		queue_delayed_work(ss_wq, &ss_reaper, 1);
+}
+
+void ss_reaper_stop(void)
+{
+	cancel_delayed_work_sync(&ss_reaper);
+}
+
+void ss_req_put(struct ss_req *req)
+{
+	struct ss_ctx *ctx = req->ctx;
+
+	if (!refcount_dec_and_test(&req->ref))
+		return;
+	if (req->nr_pages)
+		ss_req_free_pages(req);
+	spin_lock(&ctx->lock);
+	ctx->cq_reserved -= req->cq_charged;
+	spin_unlock(&ctx->lock);
+	kfree(req->cqe_sent);
+	kfree(req->cqe_released);
+	kvfree(req);
+	ss_ctx_put(ctx);
+}
+
+void ss_ctx_release(struct kref *ref)
+{
+	struct ss_ctx *ctx = container_of(ref, struct ss_ctx, ref);
+
+	ss_pool_drain(ctx);
+	if (ctx->evfd)
+		eventfd_ctx_put(ctx->evfd);
+	atomic64_dec(&ss_stats.contexts);
+	kfree(ctx);
+	/* Callers run in a file's ->release/ioctl or on ss_wq, which exit drains. */
+	module_put(THIS_MODULE);
+}

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * /dev/stablesend: one context per open.  ioctl submits and configures,
+ * read(2) returns completion records, poll(2) says when there are some.
+ */
+#include <linux/eventfd.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "stablesend.h"
+
+#define SS_FEATURES	(STABLESEND_FEAT_SUBMIT | STABLESEND_FEAT_SEND |	\
+			 STABLESEND_FEAT_HDTR | STABLESEND_FEAT_CANCEL |	\
+			 STABLESEND_FEAT_RELEASE | STABLESEND_FEAT_TCP |	\
+			 STABLESEND_FEAT_UNIX | STABLESEND_FEAT_KTLS |		\
+			 STABLESEND_FEAT_SPLICE_PAGES)
+
+static int ss_open(struct inode *inode, struct file *file)
+{
+	struct ss_ctx *ctx;
+	int order;
+
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+	if (!ctx)
+		return -ENOMEM;
+	kref_init(&ctx->ref);
+	spin_lock_init(&ctx->lock);
+	INIT_LIST_HEAD(&ctx->queued);
+	INIT_LIST_HEAD(&ctx->cq);
+	init_waitqueue_head(&ctx->cq_wait);
+	init_waitqueue_head(&ctx->mem_wait);
+	for (order = 0; order <= SS_CHUNK_ORDER; order++)
+		INIT_LIST_HEAD(&ctx->pool[order]);
+	ctx->mem_limit = READ_ONCE(ss_default_limit);
+	/* Requests outlive the fd; the context keeps the module for them. */
+	__module_get(THIS_MODULE);
+	atomic64_inc(&ss_stats.contexts);
+	file->private_data = ctx;
+	return stream_open(inode, file);
+}
+
+/*
+ * Closing cancels what has not started and stops what has after the bytes
+ * the socket already took; it never waits for a peer.  Pages still in the
+ * network stack are freed by the reaper once the stack lets go of them.
+ */
+static int ss_release(struct inode *inode, struct file *file)
+{
+	struct ss_ctx *ctx = file->private_data;
+	struct ss_cqe_node *node, *ntmp;
+	struct ss_req *req, *tmp;
+	LIST_HEAD(cancelled);
+	LIST_HEAD(records);
+
+	spin_lock(&ctx->lock);
+	ctx->closed = true;
+	list_splice_init(&ctx->cq, &records);
+	ctx->cq_nr = 0;
+	list_for_each_entry_safe(req, tmp, &ctx->queued, ctx_node) {
+		if (ss_cancel_req(req))
+			list_move_tail(&req->ctx_node, &cancelled);
+		else
+			ss_abort_req(req);
+	}
+	spin_unlock(&ctx->lock);
+
+	list_for_each_entry_safe(req, tmp, &cancelled, ctx_node)
+		ss_req_finish(req, -ECANCELED);
+	list_for_each_entry_safe(node, ntmp, &records, node)
+		kfree(node);
+	ss_ctx_put(ctx);
+	return 0;
+}
+
+static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
+{
+	struct eventfd_ctx *evfd = NULL;
+	struct stablesend_setup s;
+	u64 limit;
+	int err;
+
+	if (copy_from_user(&s, arg, sizeof(s)))
+		return -EFAULT;
+	if (s.flags || s.reserved0 || memchr_inv(s.reserved, 0, sizeof(s.reserved)))
+		return -EINVAL;
+	limit = s.mem_limit ?: READ_ONCE(ss_default_limit);
+	if (limit < PAGE_SIZE || limit > READ_ONCE(ss_max_limit))
+		return -EINVAL;
+	if (s.eventfd != -1) {
+		evfd = eventfd_ctx_fdget(s.eventfd);
+		if (IS_ERR(evfd))
+			return PTR_ERR(evfd);
+	}
+
+	spin_lock(&ctx->lock);
+	err = ctx->setup_done ? -EBUSY : 0;
+	if (!err) {
+		ctx->setup_done = true;
+		ctx->evfd = evfd;
+		ctx->mem_limit = limit;
+	}
+	spin_unlock(&ctx->lock);
+	if (err) {
+		if (evfd)
+			eventfd_ctx_put(evfd);
+		return err;
+	}
+
+	s.mem_limit = limit;
+	s.features = SS_FEATURES;
+	s.abi_version = STABLESEND_ABI_VERSION;
+	if (copy_to_user(arg, &s, sizeof(s)))
+		return -EFAULT;
+	return 0;
+}
+
+static long ss_ioctl_counters(struct ss_ctx *ctx, void __user *arg)
+{
+	struct stablesend_counters c;
+
+	spin_lock(&ctx->lock);
+	c = ctx->stats;
+	c.mem_in_use = ctx->mem_used;
+	c.mem_limit = ctx->mem_limit;
+	c.cqes_pending = ctx->cq_nr;
+	spin_unlock(&ctx->lock);
+	return copy_to_user(arg, &c, sizeof(c)) ? -EFAULT : 0;
+}
+
+static long ss_ioctl_cancel(struct ss_ctx *ctx, u64 __user *arg)
+{
+	struct ss_req *req, *tmp;
+	LIST_HEAD(cancelled);
+	u64 user_data;
+	long n = 0;
+
+	if (get_user(user_data, arg))
+		return -EFAULT;
+	spin_lock(&ctx->lock);
+	list_for_each_entry_safe(req, tmp, &ctx->queued, ctx_node)
+		if (req->user_data == user_data && ss_cancel_req(req))
+			list_move_tail(&req->ctx_node, &cancelled);
+	spin_unlock(&ctx->lock);
+	list_for_each_entry_safe(req, tmp, &cancelled, ctx_node) {
+		ss_req_finish(req, -ECANCELED);
+		n++;
+	}
+	return n ?: -ENOENT;
+}
+
+static long ss_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct ss_ctx *ctx = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case STABLESEND_IOC_SETUP:
+		return ss_ioctl_setup(ctx, uarg);
+	case STABLESEND_IOC_SUBMIT:
+		return ss_submit(ctx, file, uarg);
+	case STABLESEND_IOC_SEND:
+		return ss_send_sync(ctx, file, uarg);
+	case STABLESEND_IOC_CANCEL:
+		return ss_ioctl_cancel(ctx, uarg);
+	case STABLESEND_IOC_COUNTERS:
+		return ss_ioctl_counters(ctx, uarg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+/* Move up to @max records off the queue, oldest first. */
+static unsigned int ss_take_records(struct ss_ctx *ctx, struct list_head *out,
+				    unsigned int max)
+{
+	unsigned int n = 0;
+
+	spin_lock(&ctx->lock);
+	while (n < max && !list_empty(&ctx->cq)) {
+		list_move_tail(ctx->cq.next, out);
+		n++;
+	}
+	ctx->cq_nr -= n;
+	spin_unlock(&ctx->lock);
+	return n;
+}
+
+static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
+		       loff_t *ppos)
+{
+	const size_t rec = sizeof(struct stablesend_cqe);
+	struct ss_ctx *ctx = file->private_data;
+	struct ss_cqe_node *node, *tmp;
+	unsigned int max, n;
+	LIST_HEAD(records);
+	ssize_t done = 0;
+
+	if (count < rec)
+		return -EINVAL;
+	max = min_t(size_t, count / rec, SS_CQ_MAX);
+	while (!(n = ss_take_records(ctx, &records, max))) {
+		if (file->f_flags & O_NONBLOCK)
+			return -EAGAIN;
+		if (wait_event_interruptible(ctx->cq_wait,
+					     READ_ONCE(ctx->cq_nr)))
+			return -ERESTARTSYS;
+	}
+	list_for_each_entry_safe(node, tmp, &records, node) {
+		if (copy_to_user(buf + done, &node->cqe, rec))
+			break;
+		list_del(&node->node);
+		kfree(node);
+		done += rec;
+		n--;
+	}
+	if (n) {
+		/* Put back what could not be copied, in order. */
+		spin_lock(&ctx->lock);
+		list_splice(&records, &ctx->cq);
+		ctx->cq_nr += n;
+		spin_unlock(&ctx->lock);
+	}
+	return done ?: -EFAULT;
+}
+
+static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
+{
+	struct ss_ctx *ctx = file->private_data;
+	__poll_t mask = 0;
+
+	poll_wait(file, &ctx->cq_wait, pt);
+	poll_wait(file, &ctx->mem_wait, pt);
+	if (READ_ONCE(ctx->cq_nr))
+		mask |= EPOLLIN | EPOLLRDNORM;
+	if (READ_ONCE(ctx->mem_used) < ctx->mem_limit)
+		mask |= EPOLLOUT | EPOLLWRNORM;
+	return mask;
+}
+
+static const struct file_operations ss_fops = {
+	.owner		= THIS_MODULE,
+	.open		= ss_open,
+	.release	= ss_release,
+	.read		= ss_read,
+	.poll		= ss_poll,
+	.unlocked_ioctl	= ss_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+	.llseek		= noop_llseek,
+};
+
+#define SS_STAT_ATTR(name)						\
+static ssize_t name##_show(struct device *dev,				\
+			   struct device_attribute *attr, char *buf)	\
+{									\
+	return sysfs_emit(buf, "%lld\n",				\
+			  (long long)atomic64_read(&ss_stats.name));	\
+}									\
+static DEVICE_ATTR_RO(name)
+
+SS_STAT_ATTR(requests);
+SS_STAT_ATTR(bytes_sent);
+SS_STAT_ATTR(errors);
+SS_STAT_ATTR(copied);
+SS_STAT_ATTR(requests_in_flight);
+SS_STAT_ATTR(bytes_in_flight);
+SS_STAT_ATTR(pool_bytes);
+SS_STAT_ATTR(order0_fallbacks);
+SS_STAT_ATTR(contexts);
+
+static struct attribute *ss_stat_attrs[] = {
+	&dev_attr_requests.attr,
+	&dev_attr_bytes_sent.attr,
+	&dev_attr_errors.attr,
+	&dev_attr_copied.attr,
+	&dev_attr_requests_in_flight.attr,
+	&dev_attr_bytes_in_flight.attr,
+	&dev_attr_pool_bytes.attr,
+	&dev_attr_order0_fallbacks.attr,
+	&dev_attr_contexts.attr,
+	NULL,
+};
+
+static const struct attribute_group ss_stat_group = {
+	.name	= "stats",
+	.attrs	= ss_stat_attrs,
+};
+
+static const struct attribute_group *ss_groups[] = {
+	&ss_stat_group,
+	NULL,
+};
+
+static struct miscdevice ss_misc = {
+	.minor	= MISC_DYNAMIC_MINOR,
+	.name	= "stablesend",
+	.fops	= &ss_fops,
+	.groups	= ss_groups,
+	.mode	= 0666,
+};
+
+int ss_device_init(void)
+{
+	return misc_register(&ss_misc);
+}
+
+void ss_device_exit(void)
+{
+	misc_deregister(&ss_misc);
+}

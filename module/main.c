@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * stablesend: stable, single-copy file-to-socket transmission.
+ */
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/workqueue.h>
+
+#include "stablesend.h"
+
+unsigned long ss_default_limit = 16UL << 20;
+module_param_named(default_limit, ss_default_limit, ulong, 0644);
+MODULE_PARM_DESC(default_limit,
+		 "Snapshot memory per open unless SETUP asks otherwise (bytes)");
+
+unsigned long ss_max_limit = 256UL << 20;
+module_param_named(max_limit, ss_max_limit, ulong, 0644);
+MODULE_PARM_DESC(max_limit, "Largest memory limit SETUP may ask for (bytes)");
+
+struct ss_stats ss_stats;
+struct workqueue_struct *ss_wq;
+
+static int __init ss_init(void)
+{
+	int err;
+
+	ss_wq = alloc_workqueue("stablesend", WQ_UNBOUND, 0);
+	if (!ss_wq)
+		return -ENOMEM;
+	err = ss_device_init();
+	if (err) {
+		destroy_workqueue(ss_wq);
+		return err;
+	}
+	pr_info("ABI %d loaded\n", STABLESEND_ABI_VERSION);
+	return 0;
+}
+
+/*
+ * Every context holds a module reference until its last request's pages
+ * are released, so nothing is in flight here; the workqueue may still be
+ * running the work item that dropped the last reference.
+ */
+static void __exit ss_exit(void)
+{
+	ss_device_exit();
+	ss_reaper_stop();
+	destroy_workqueue(ss_wq);
+}
+
+module_init(ss_init);
+module_exit(ss_exit);
+MODULE_LICENSE("GPL");
+MODULE_AUTHOR("stablesend developers");
+MODULE_DESCRIPTION("Stable single-copy file-to-socket transmission");

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * stablesend: internal interfaces.
+ *
+ * Data path: device.c (the fd) -> submit.c (validate, snapshot, queue) ->
+ * snapshot.c (pool pages, the one copy) -> transmit.c (per-socket FIFO,
+ * pages handed over by reference) -> completion.c (SENT/RELEASED records,
+ * page release tracking).
+ */
+#ifndef _STABLESEND_H
+#define _STABLESEND_H
+
+#include <linux/atomic.h>
+#include <linux/bvec.h>
+#include <linux/completion.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/refcount.h>
+#include <linux/spinlock.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/stablesend.h>
+
+/* Pool chunks are compound pages of up to this order (64 KiB with 4K pages). */
+#define SS_CHUNK_ORDER		4
+#define SS_CHUNK_SIZE		(PAGE_SIZE << SS_CHUNK_ORDER)
+
+/* Unread completion records one open may accumulate before submit refuses. */
+#define SS_CQ_MAX		65536
+
+extern struct workqueue_struct *ss_wq;
+extern unsigned long ss_default_limit;
+extern unsigned long ss_max_limit;
+
+/* Module-wide counters, shown under /sys/class/misc/stablesend/stats/. */
+struct ss_stats {
+	atomic64_t requests;
+	atomic64_t bytes_sent;
+	atomic64_t errors;
+	atomic64_t copied;
+	atomic64_t requests_in_flight;	/* accepted, pages not yet released */
+	atomic64_t bytes_in_flight;	/* pool bytes held by those requests */
+	atomic64_t pool_bytes;		/* every page the module owns */
+	atomic64_t order0_fallbacks;	/* high-order allocations that failed */
+	atomic64_t contexts;
+};
+
+extern struct ss_stats ss_stats;
+
+struct ss_cqe_node {
+	struct list_head node;
+	struct stablesend_cqe cqe;
+};
+
+/* One open of /dev/stablesend. */
+struct ss_ctx {
+	struct kref ref;	/* the fd, and each request */
+	spinlock_t lock;	/* everything below */
+	struct list_head queued;	/* requests still on a socket FIFO */
+	struct list_head cq;		/* struct ss_cqe_node, oldest first */
+	unsigned int cq_nr;		/* records on @cq */
+	unsigned int cq_reserved;	/* records owed by live requests */
+	wait_queue_head_t cq_wait;	/* read and poll */
+	wait_queue_head_t mem_wait;	/* submitters waiting for memory */
+	struct eventfd_ctx *evfd;
+	bool setup_done;	/* SETUP called, or a request submitted */
+	bool closed;		/* fd released: no records any more */
+	u64 mem_limit;
+	u64 mem_used;		/* bytes reserved by live requests */
+	u64 pooled;		/* bytes of free pages on @pool */
+	struct list_head pool[SS_CHUNK_ORDER + 1];	/* by order, page->lru */
+	struct stablesend_counters stats;
+};
+
+enum ss_req_state {
+	SS_REQ_QUEUED,		/* on the FIFO, nothing sent: cancellable */
+	SS_REQ_STARTED,		/* being transmitted */
+	SS_REQ_DONE,		/* off the FIFO */
+};
+
+struct ss_sock;
+
+struct ss_req {
+	refcount_t ref;		/* the pipeline, and a synchronous waiter */
+	struct ss_ctx *ctx;
+	struct ss_sock *sock;
+	struct list_head fifo;		/* on sock->fifo, under sock->lock */
+	struct list_head ctx_node;	/* on ctx->queued, under ctx->lock */
+	struct list_head inflight;	/* on the release list */
+	enum ss_req_state state;	/* under sock->lock */
+	bool abort;		/* under sock->lock: stop after what was sent */
+	bool sync;		/* STABLESEND_IOC_SEND: no SENT record */
+	bool copied;		/* the protocol copies (kTLS, no SG) */
+	u64 user_data;
+	u32 flags;		/* STABLESEND_REQ_* */
+	size_t total;		/* bytes to send */
+	size_t sent;		/* bytes the socket accepted */
+	s64 res;		/* final result, once DONE */
+	u64 charged;		/* bytes reserved in ctx->mem_used */
+	unsigned int cq_charged;	/* records reserved in ctx->cq_reserved */
+	struct completion done;	/* synchronous waiter */
+	struct ss_cqe_node *cqe_sent;
+	struct ss_cqe_node *cqe_released;
+	unsigned int nr_pages;	/* pool pages owned (bvec entries) */
+	unsigned int nr_send;	/* bvec entries carrying data */
+	struct bio_vec bvec[];
+};
+
+/* device.c */
+int ss_device_init(void);
+void ss_device_exit(void);
+
+/* submit.c */
+long ss_submit(struct ss_ctx *ctx, struct file *dev,
+	       const struct stablesend_submit __user *arg);
+long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
+		  const struct stablesend_req __user *arg);
+
+/* snapshot.c */
+struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
+			    u32 flags, bool nonblock);
+int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
+		struct file *file, u64 flen);
+void ss_req_free_pages(struct ss_req *req);
+bool ss_req_pages_idle(const struct ss_req *req);
+void ss_pool_drain(struct ss_ctx *ctx);
+
+/* transmit.c */
+int ss_sock_check(struct socket *sock, bool *copies);
+int ss_enqueue(struct ss_req *req, struct socket *sock);
+bool ss_cancel_req(struct ss_req *req);
+void ss_abort_req(struct ss_req *req);
+void ss_kick(struct ss_sock *ss);
+void ss_sock_put(struct ss_sock *ss);
+
+/* completion.c */
+void ss_req_finish(struct ss_req *req, s64 res);
+void ss_req_put(struct ss_req *req);
+void ss_ctx_release(struct kref *ref);
+void ss_reaper_stop(void);
+
+static inline void ss_ctx_put(struct ss_ctx *ctx)
+{
+	kref_put(&ctx->ref, ss_ctx_release);
+}
+
+#endif /* _STABLESEND_H */

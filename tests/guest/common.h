@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Shared helpers for the in-guest tests: each test is one static binary,
+ * exit 0 pass, 1 fail, 77 skip (the runner adds the timeout and the dmesg
+ * check).  Everything here talks to the raw ioctl ABI so the tests see
+ * exactly what the kernel does.
+ */
+#ifndef STABLESEND_TEST_COMMON_H
+#define STABLESEND_TEST_COMMON_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/stablesend.h>
+
+#define SKIP 77
+
+static int failures;
+
+#define CHECK(cond, ...) do {						\
+	if (!(cond)) {							\
+		fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__,	\
+			__LINE__, #cond);				\
+		fprintf(stderr, __VA_ARGS__);				\
+		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
+		failures++;						\
+	}								\
+} while (0)
+
+#define REQUIRE(cond, ...) do {						\
+	if (!(cond)) {							\
+		fprintf(stderr, "%s:%d: REQUIRE(%s) failed: ", __FILE__, \
+			__LINE__, #cond);				\
+		fprintf(stderr, __VA_ARGS__);				\
+		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
+		exit(1);						\
+	}								\
+} while (0)
+
+static inline int test_result(void)
+{
+	if (failures)
+		fprintf(stderr, "%d check(s) failed\n", failures);
+	return failures ? 1 : 0;
+}
+
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static inline int ss_dev(void)
+{
+	int fd = open(STABLESEND_DEVICE, O_RDWR | O_CLOEXEC);
+
+	REQUIRE(fd >= 0, "open %s", STABLESEND_DEVICE);
+	return fd;
+}
+
+static inline int ss_setup(int dev, int efd, uint64_t limit)
+{
+	struct stablesend_setup s = { .eventfd = efd, .mem_limit = limit };
+
+	return ioctl(dev, STABLESEND_IOC_SETUP, &s);
+}
+
+static inline struct stablesend_req ss_req(int file, int sock, uint64_t off,
+					   uint64_t len, uint64_t user_data)
+{
+	struct stablesend_req r = {
+		.file_fd = file, .sock_fd = sock, .offset = off, .len = len,
+		.user_data = user_data,
+	};
+
+	return r;
+}
+
+static inline int ss_submit(int dev, struct stablesend_req *reqs, unsigned int n)
+{
+	struct stablesend_submit s = {
+		.reqs = (uintptr_t)reqs, .nr = n,
+		.entry_size = sizeof(*reqs),
+	};
+
+	return ioctl(dev, STABLESEND_IOC_SUBMIT, &s);
+}
+
+static inline long ss_send(int dev, struct stablesend_req *r)
+{
+	return ioctl(dev, STABLESEND_IOC_SEND, r);
+}
+
+/* Read exactly @n completion records, waiting at most @timeout_ms for each. */
+static inline int ss_reap(int dev, struct stablesend_cqe *cqe, int n,
+			  int timeout_ms)
+{
+	int got = 0;
+
+	while (got < n) {
+		struct pollfd p = { .fd = dev, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, timeout_ms) <= 0)
+			break;
+		r = read(dev, cqe + got, (n - got) * sizeof(*cqe));
+		if (r < 0)
+			break;
+		got += r / sizeof(*cqe);
+	}
+	return got;
+}
+
+static inline void ss_counters(int dev, struct stablesend_counters *c)
+{
+	REQUIRE(ioctl(dev, STABLESEND_IOC_COUNTERS, c) == 0, "COUNTERS");
+}
+
+/* Module-wide counter from /sys/class/misc/stablesend/stats/. */
+static inline long long ss_stat(const char *name)
+{
+	char path[128], buf[64];
+	long long v = -1;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/class/misc/stablesend/stats/%s", name);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		v = strtoll(buf, NULL, 10);
+	}
+	return v;
+}
+
+/* Wait until the module holds no request's pages; false on timeout. */
+static inline int ss_drained(double timeout_s)
+{
+	double end = now_s() + timeout_s;
+
+	while (now_s() < end) {
+		if (ss_stat("requests_in_flight") == 0 &&
+		    ss_stat("bytes_in_flight") == 0)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/* A connected TCP pair over loopback (@family AF_INET or AF_INET6). */
+static inline void tcp_pair(int family, int *client, int *server)
+{
+	struct sockaddr_storage ss = { .ss_family = family };
+	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in)
+					  : sizeof(struct sockaddr_in6);
+	int l = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	REQUIRE(l >= 0, "socket");
+	if (family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+	REQUIRE(bind(l, (struct sockaddr *)&ss, len) == 0, "bind");
+	REQUIRE(listen(l, 8) == 0, "listen");
+	REQUIRE(getsockname(l, (struct sockaddr *)&ss, &len) == 0, "getsockname");
+	*client = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	REQUIRE(*client >= 0, "socket");
+	REQUIRE(connect(*client, (struct sockaddr *)&ss, len) == 0, "connect");
+	*server = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	REQUIRE(*server >= 0, "accept");
+	close(l);
+}
+
+static inline void unix_pair(int *a, int *b)
+{
+	int sv[2];
+
+	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0,
+		"socketpair");
+	*a = sv[0];
+	*b = sv[1];
+}
+
+/* Read exactly @n bytes; returns bytes read (less on EOF or error). */
+static inline size_t read_full(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	return got;
+}
+
+static inline void write_full(int fd, const void *buf, size_t n, off_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(fd, (const char *)buf + done, n - done,
+				   off + done);
+
+		REQUIRE(w > 0, "pwrite");
+		done += w;
+	}
+}
+
+/* A temporary file of @size bytes filled with @byte; returns an O_RDWR fd. */
+static inline int temp_file(size_t size, int byte)
+{
+	char name[] = "/tmp/stablesend-XXXXXX";
+	int fd = mkstemp(name);
+	char *buf;
+
+	REQUIRE(fd >= 0, "mkstemp");
+	unlink(name);
+	buf = malloc(size ? size : 1);
+	REQUIRE(buf, "malloc");
+	memset(buf, byte, size);
+	write_full(fd, buf, size, 0);
+	free(buf);
+	return fd;
+}
+
+static inline void set_rcvbuf_small(int fd)
+{
+	int v = 4096;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * stablesend: stable, single-copy file-to-socket transmission.
+ *
+ * splice() and sendfile() hand page-cache pages to the network by
+ * reference, so a write to the file after the call returned can still
+ * change the bytes on the wire.  /dev/stablesend copies the requested
+ * range once, at submission, into pages the module owns (the snapshot)
+ * and hands those pages to the socket by reference.  Every byte sent is
+ * the file's content at some instant between the submitting call's entry
+ * and its return, as with pread(2).
+ *
+ * Every structure uses fixed-size fields with identical layout on 32-bit
+ * and 64-bit, so compat_ioctl is a pass-through.  Reserved fields and
+ * unknown flags must be zero, or the call fails with EINVAL.
+ *
+ * STABLESEND_IOC_SETUP (struct stablesend_setup, read/write)
+ *	Configure this open of the device, once, before the first submission
+ *	(EBUSY afterwards).  Optional: a context that is never set up uses no
+ *	eventfd and the module's default memory limit.  Returns the features
+ *	so that callers can probe at run time.
+ *
+ * STABLESEND_IOC_SUBMIT (struct stablesend_submit, write)
+ *	Asynchronous submission of an array of requests.  Each request is
+ *	validated, snapshotted and queued on its socket before the next one is
+ *	looked at.  Returns the number accepted (>= 1), or -1 with errno set
+ *	when the first one failed; a later failure ends the batch early and
+ *	is reported again when the rest is resubmitted.  Each accepted request
+ *	produces exactly one completion with STABLESEND_CQE_SENT set, and one
+ *	more with STABLESEND_CQE_RELEASED if it asked for it.
+ *
+ * STABLESEND_IOC_SEND (struct stablesend_req, write)
+ *	Synchronous submission of one request: returns once every byte is in
+ *	the socket (the number of bytes sent: header + file bytes + trailer),
+ *	or -1 with errno.  No SENT completion is queued for it; a RELEASED one
+ *	is if STABLESEND_REQ_NOTIFY_RELEASE is set.  A signal interrupts the
+ *	wait with EINTR only before any byte was queued; afterwards the
+ *	request runs to completion in the background and its result is
+ *	reported through a SENT completion instead.
+ *
+ * STABLESEND_IOC_CANCEL (__u64 user_data, write)
+ *	Cancel every request of this open with that user_data that has not
+ *	started transmitting; each completes with -ECANCELED.  Returns the
+ *	number cancelled, or -1 with ENOENT when there was none.
+ *
+ * STABLESEND_IOC_COUNTERS (struct stablesend_counters, read)
+ *	This open's counters.
+ *
+ * read(2) on the device fd returns whole struct stablesend_cqe records
+ * (EINVAL for a buffer smaller than one record), blocking unless the fd is
+ * non-blocking (EAGAIN).  poll(2) reports EPOLLIN while completions are
+ * queued and EPOLLOUT while snapshot memory is below the limit.  The
+ * eventfd, if any, is signalled once per completion record.
+ *
+ * Errors of a submission (returned by the ioctl):
+ *	EBADF	file_fd or sock_fd is not open, or the file is not open for
+ *		reading (write-only and O_PATH fds).
+ *	EINVAL	the file is not a regular file; a reserved field or unknown flag
+ *		is set; the request carries no byte at all; offset + len
+ *		overflows or exceeds the largest file offset; entry_size is wrong.
+ *	ENOTSOCK sock_fd is not a socket.
+ *	EOPNOTSUPP the socket is not TCP (IPv4/IPv6, optionally with the kTLS
+ *		ULP) or AF_UNIX stream.
+ *	ENOTCONN the socket is not connected (including listening sockets).
+ *	EPIPE	the socket is shut down for writing.
+ *	ENODATA	offset is at or past end of file.
+ *	EMSGSIZE the request is larger than this open's memory limit.
+ *	EAGAIN	non-blocking fd and the memory limit is reached now.
+ *	EINTR	a signal arrived while waiting for memory.
+ *	EFAULT	a user pointer (request array, header, trailer) is bad.
+ *	ENOMEM	the module could not allocate snapshot pages.
+ *	EIO	reading the file failed.
+ *
+ * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
+ * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM.
+ * A file that shrank before the copy gives a short result: no byte past
+ * the end of file at submission is ever sent.
+ */
+#ifndef _UAPI_LINUX_STABLESEND_H
+#define _UAPI_LINUX_STABLESEND_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define STABLESEND_ABI_VERSION		1
+#define STABLESEND_DEVICE		"/dev/stablesend"
+
+/* Largest header or trailer, in bytes. */
+#define STABLESEND_HDTR_MAX		65536
+
+/* Features (struct stablesend_setup.features). */
+#define STABLESEND_FEAT_SUBMIT		(1ULL << 0) /* async SUBMIT, read/poll */
+#define STABLESEND_FEAT_SEND		(1ULL << 1) /* synchronous SEND */
+#define STABLESEND_FEAT_HDTR		(1ULL << 2) /* header and trailer */
+#define STABLESEND_FEAT_CANCEL		(1ULL << 3)
+#define STABLESEND_FEAT_RELEASE		(1ULL << 4) /* RELEASED completions */
+#define STABLESEND_FEAT_TCP		(1ULL << 5) /* TCP over IPv4 and IPv6 */
+#define STABLESEND_FEAT_UNIX		(1ULL << 6) /* AF_UNIX stream */
+#define STABLESEND_FEAT_KTLS		(1ULL << 7) /* TCP with the kTLS ULP */
+#define STABLESEND_FEAT_SPLICE_PAGES	(1ULL << 8) /* by-reference handoff */
+
+/**
+ * struct stablesend_setup - configure one open of the device
+ * @eventfd:	in: eventfd signalled once per completion record, or -1
+ * @flags:	in: must be zero
+ * @mem_limit:	in: bytes of snapshot memory this open may hold, 0 for the
+ *		module default (parameter default_limit); larger than the
+ *		parameter max_limit fails with EINVAL.  out: the limit in force.
+ * @features:	out: STABLESEND_FEAT_* supported by this module and kernel
+ * @abi_version: out: STABLESEND_ABI_VERSION of the module
+ * @reserved0:	must be zero
+ * @reserved:	must be zero
+ */
+struct stablesend_setup {
+	__s32 eventfd;
+	__u32 flags;
+	__u64 mem_limit;
+	__u64 features;
+	__u32 abi_version;
+	__u32 reserved0;
+	__u64 reserved[4];
+};
+
+/* Request flags (struct stablesend_req.flags). */
+#define STABLESEND_REQ_NOTIFY_RELEASE	(1U << 0) /* RELEASED completion */
+#define STABLESEND_REQ_MORE		(1U << 1) /* MSG_MORE on the last byte */
+#define STABLESEND_REQ_FLAGS		(STABLESEND_REQ_NOTIFY_RELEASE | \
+					 STABLESEND_REQ_MORE)
+
+/**
+ * struct stablesend_req - one range of a file to send, with optional framing
+ * @file_fd:	regular file open for reading
+ * @sock_fd:	connected TCP (IPv4/IPv6, kTLS allowed) or AF_UNIX stream socket
+ * @offset:	file offset of the first byte
+ * @len:	bytes of the file to send; fewer if the file is shorter
+ * @head:	user pointer to @head_len bytes sent before the file bytes
+ * @tail:	user pointer to @tail_len bytes sent after the file bytes
+ * @head_len:	at most STABLESEND_HDTR_MAX
+ * @tail_len:	at most STABLESEND_HDTR_MAX
+ * @user_data:	returned in this request's completions
+ * @flags:	STABLESEND_REQ_*
+ * @reserved:	must be zero
+ */
+struct stablesend_req {
+	__s32 file_fd;
+	__s32 sock_fd;
+	__u64 offset;
+	__u64 len;
+	__u64 head;
+	__u64 tail;
+	__u32 head_len;
+	__u32 tail_len;
+	__u64 user_data;
+	__u32 flags;
+	__u32 reserved;
+};
+
+/**
+ * struct stablesend_submit - argument of STABLESEND_IOC_SUBMIT
+ * @reqs:	user pointer to an array of @nr struct stablesend_req
+ * @nr:		number of requests, at least 1 and at most 1024
+ * @entry_size:	sizeof(struct stablesend_req)
+ * @flags:	must be zero
+ * @reserved:	must be zero
+ */
+struct stablesend_submit {
+	__u64 reqs;
+	__u32 nr;
+	__u32 entry_size;
+	__u32 flags;
+	__u32 reserved;
+};
+
+#define STABLESEND_SUBMIT_MAX		1024
+
+/* Completion flags (struct stablesend_cqe.flags). */
+#define STABLESEND_CQE_SENT		(1U << 0) /* transmission finished */
+#define STABLESEND_CQE_RELEASED		(1U << 1) /* all pages freed */
+#define STABLESEND_CQE_COPIED		(1U << 2) /* the path copied the data */
+
+/**
+ * struct stablesend_cqe - one completion record, as read(2) returns it
+ * @user_data:	the request's user_data
+ * @res:	with SENT: bytes sent (header + file + trailer) or -errno;
+ *		with RELEASED: 0
+ * @flags:	STABLESEND_CQE_*
+ * @reserved:	zero
+ */
+struct stablesend_cqe {
+	__u64 user_data;
+	__s64 res;
+	__u32 flags;
+	__u32 reserved;
+};
+
+/**
+ * struct stablesend_counters - per-open counters
+ * @submitted:	requests accepted
+ * @completed:	SENT completions produced
+ * @failed:	completions with a negative result
+ * @cancelled:	requests cancelled
+ * @bytes_sent:	bytes handed to sockets
+ * @mem_in_use:	snapshot bytes held now (queued or in flight)
+ * @mem_limit:	the memory limit in force
+ * @mem_peak:	highest @mem_in_use seen
+ * @cqes_pending: completion records not read yet
+ * @copied:	requests whose path copied the data again (e.g. kTLS)
+ * @reserved:	zero
+ */
+struct stablesend_counters {
+	__u64 submitted;
+	__u64 completed;
+	__u64 failed;
+	__u64 cancelled;
+	__u64 bytes_sent;
+	__u64 mem_in_use;
+	__u64 mem_limit;
+	__u64 mem_peak;
+	__u64 cqes_pending;
+	__u64 copied;
+	__u64 reserved[6];
+};
+
+#define STABLESEND_IOC_MAGIC		0xB5
+#define STABLESEND_IOC_SETUP	_IOWR(STABLESEND_IOC_MAGIC, 0, struct stablesend_setup)
+#define STABLESEND_IOC_SUBMIT	_IOW(STABLESEND_IOC_MAGIC, 1, struct stablesend_submit)
+#define STABLESEND_IOC_SEND	_IOW(STABLESEND_IOC_MAGIC, 2, struct stablesend_req)
+#define STABLESEND_IOC_CANCEL	_IOW(STABLESEND_IOC_MAGIC, 3, __u64)
+#define STABLESEND_IOC_COUNTERS	_IOR(STABLESEND_IOC_MAGIC, 4, struct stablesend_counters)
+
+#endif /* _UAPI_LINUX_STABLESEND_H */
