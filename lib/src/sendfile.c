@@ -117,13 +117,13 @@ fail:
 static int dev_get(int *fd)
 {
 	int state = __atomic_load_n(&dev_state, __ATOMIC_ACQUIRE);
-	int ret = 0;
+	int err = 0;
 
 	if (state == DEV_UNKNOWN) {
 		pthread_mutex_lock(&dev_lock);
 		state = __atomic_load_n(&dev_state, __ATOMIC_RELAXED);
-		if (state == DEV_UNKNOWN)
-			ret = dev_init_locked();
+		if (state == DEV_UNKNOWN && dev_init_locked() < 0)
+			err = errno;	/* transient: try again next time */
 		pthread_mutex_unlock(&dev_lock);
 		state = __atomic_load_n(&dev_state, __ATOMIC_ACQUIRE);
 	}
@@ -133,9 +133,12 @@ static int dev_get(int *fd)
 		return 1;
 	}
 	if (require_module()) {
-		if (ret == 0)	/* absent, not transient */
-			errno = (dev_err == EACCES || dev_err == EPERM) ?
-				dev_err : ENODEV;
+		if (err)
+			errno = err;
+		else if (dev_err == EACCES || dev_err == EPERM)
+			errno = dev_err;
+		else
+			errno = ENODEV;
 		return -1;
 	}
 	return 0;
@@ -193,6 +196,16 @@ static int copy_check(int out_fd, int in_fd, const off_t *offset,
 			return -1;
 	}
 	*out_sock = S_ISSOCK(ost.st_mode);
+	/*
+	 * sendfile(2) into a pipe moves at most what fits in the pipe at
+	 * once (splice_file_to_pipe()); do not write more than that either.
+	 */
+	if (S_ISFIFO(ost.st_mode)) {
+		int psz = fcntl(out_fd, F_GETPIPE_SZ);
+
+		if (psz > 0 && *count > (size_t)psz)
+			*count = psz;
+	}
 	return 0;
 
 ebadf:
@@ -258,7 +271,6 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 	buf = malloc(chunk);
 	if (!buf)
 		return -1;
-	last_path = STABLESEND_PATH_COPY;
 
 	while (done < count) {
 		size_t want = count - done < chunk ? count - done : chunk;
@@ -287,6 +299,7 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 		errno = err;
 		return -1;
 	}
+	last_path = STABLESEND_PATH_COPY;
 	/* lseek() cannot fail on a regular file it has just read. */
 	if (offset)
 		*offset = pos + done;
@@ -311,7 +324,8 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	if (pos < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count,
 					  offset ? EINVAL : errno);
-	if ((ssize_t)count < 0)
+	/* rw_verify_area(), before len is capped below */
+	if ((ssize_t)count < 0 || (off_t)((unsigned long long)pos + count) < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count, EINVAL);
 	if (len > dev_max_len)
 		len = dev_max_len;

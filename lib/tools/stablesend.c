@@ -209,11 +209,17 @@ static int cmd_send(int argc, char **argv)
 		}
 		sent += n;
 	}
-	printf("sent %llu bytes via %s\n", sent,
-	       stablesend_sendfile_path() == STABLESEND_PATH_MODULE ?
-	       "module (" STABLESEND_DEVICE ")" :
-	       stablesend_sendfile_path() == STABLESEND_PATH_COPY ?
-	       "fallback (pread+send)" : "nothing");
+	switch (stablesend_sendfile_path()) {
+	case STABLESEND_PATH_MODULE:
+		printf("sent %llu bytes via module (%s)\n", sent,
+		       STABLESEND_DEVICE);
+		break;
+	case STABLESEND_PATH_COPY:
+		printf("sent %llu bytes via fallback (pread+send)\n", sent);
+		break;
+	default:
+		printf("sent %llu bytes\n", sent);
+	}
 	ret = sent == length ? 0 : 1;
 out_sock:
 	if (close(sock) < 0 && !ret) {

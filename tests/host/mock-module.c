@@ -1,0 +1,609 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The library's module-facing code, against a mock of /dev/stablesend.
+ *
+ * Linked with libstablesend.a, this program defines ioctl() itself, so the
+ * library's ioctls on the "device" land here.  The device is a pipe
+ * (reached through /proc/self/fd, so the library opens it like a device
+ * node): the mock writes completion records into it, and the library
+ * read()s and poll()s them as it would the real device.  SEND really
+ * sends (pread + send) so receivers can check the bytes.
+ *
+ * Checked: SETUP arguments and results, SUBMIT batching and partial
+ * acceptance, reap (records, timeouts, EINTR), cancel, counters, and
+ * stablesend_sendfile()'s use of SEND: request fields, length caps,
+ * ENODATA, EMSGSIZE, fallback on ENOTSOCK, EINTR, non-blocking sockets,
+ * file position and *offset updates; device init failures and
+ * STABLESEND_REQUIRE_MODULE in child processes.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <stablesend.h>
+
+#include "common.h"
+
+extern const char *ss_device_path;	/* libstablesend.a internal */
+
+#define MOCK_LIMIT	(1 << 20)
+
+static struct {
+	ino_t ino;		/* the pipe standing in for the device */
+	int wfd;		/* its write end: completions go there */
+	int setup_calls;
+	int setup_err;		/* SETUP fails with this */
+	__u64 features;
+	struct stablesend_setup setup;	/* last SETUP as received */
+	int accept_left;	/* SUBMIT accepts at most this many more */
+	unsigned int batches[16], nbatches;
+	int send_calls;
+	int send_err;		/* next SEND fails with this */
+	__u64 emsgsize_above;	/* SEND fails with EMSGSIZE above this */
+	struct stablesend_req last_send;
+	__u64 cancel_arg;
+} mock = {
+	.features = STABLESEND_FEAT_SUBMIT | STABLESEND_FEAT_SEND |
+		    STABLESEND_FEAT_TCP | STABLESEND_FEAT_UNIX,
+	.accept_left = 1 << 30,
+	.emsgsize_above = ~0ULL,
+};
+
+static int is_mock(int fd)
+{
+	struct stat st;
+
+	return !fstat(fd, &st) && S_ISFIFO(st.st_mode) &&
+	       st.st_ino == mock.ino;
+}
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static int mock_send(struct stablesend_req *r)
+{
+	static char buf[65536];
+	struct stat st;
+	__u64 done = 0;
+
+	mock.send_calls++;
+	mock.last_send = *r;
+	if (mock.send_err) {
+		int err = mock.send_err;
+
+		mock.send_err = 0;
+		return fail(err);
+	}
+	if (fstat(r->sock_fd, &st))
+		return -1;
+	if (!S_ISSOCK(st.st_mode))
+		return fail(ENOTSOCK);
+	if (fstat(r->file_fd, &st))
+		return -1;
+	if (r->offset >= (__u64)st.st_size)
+		return fail(ENODATA);
+	if (r->len > mock.emsgsize_above)
+		return fail(EMSGSIZE);
+	if (r->len > MOCK_LIMIT)
+		return fail(EMSGSIZE);
+	while (done < r->len) {
+		size_t want = r->len - done < sizeof(buf) ?
+			      r->len - done : sizeof(buf);
+		ssize_t n = pread(r->file_fd, buf, want, r->offset + done);
+
+		if (n <= 0)
+			break;
+		if (send(r->sock_fd, buf, n, MSG_NOSIGNAL) != n)
+			return -1;
+		done += n;
+	}
+	return done;
+}
+
+static int mock_submit(struct stablesend_submit *s)
+{
+	const struct stablesend_req *r = (void *)(uintptr_t)s->reqs;
+	unsigned int i, n;
+
+	if (s->entry_size != sizeof(*r) || !s->nr ||
+	    s->nr > STABLESEND_SUBMIT_MAX || s->flags || s->reserved)
+		return fail(EINVAL);
+	if (mock.nbatches < 16)
+		mock.batches[mock.nbatches++] = s->nr;
+	if (!mock.accept_left)
+		return fail(EAGAIN);
+	n = s->nr < (unsigned int)mock.accept_left ?
+	    s->nr : (unsigned int)mock.accept_left;
+	mock.accept_left -= n;
+	for (i = 0; i < n; i++) {
+		struct stablesend_cqe cqe = {
+			.user_data = r[i].user_data,
+			.res = r[i].len,
+			.flags = STABLESEND_CQE_SENT,
+		};
+
+		if (write(mock.wfd, &cqe, sizeof(cqe)) != sizeof(cqe))
+			DIE("mock cqe");
+	}
+	return n;
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!is_mock(fd))
+		return syscall(SYS_ioctl, fd, req, arg);
+
+	switch (req) {
+	case STABLESEND_IOC_SETUP: {
+		struct stablesend_setup *su = arg;
+
+		mock.setup_calls++;
+		mock.setup = *su;
+		if (mock.setup_err)
+			return fail(mock.setup_err);
+		su->features = mock.features;
+		su->abi_version = STABLESEND_ABI_VERSION;
+		if (!su->mem_limit)
+			su->mem_limit = MOCK_LIMIT;
+		return 0;
+	}
+	case STABLESEND_IOC_SUBMIT:
+		return mock_submit(arg);
+	case STABLESEND_IOC_SEND:
+		return mock_send(arg);
+	case STABLESEND_IOC_CANCEL:
+		mock.cancel_arg = *(__u64 *)arg;
+		return mock.cancel_arg == 42 ? 3 : fail(ENOENT);
+	case STABLESEND_IOC_COUNTERS: {
+		struct stablesend_counters *c = arg;
+
+		memset(c, 0, sizeof(*c));
+		c->submitted = 7;
+		c->bytes_sent = 12345;
+		c->mem_limit = MOCK_LIMIT;
+		return 0;
+	}
+	}
+	return fail(ENOTTY);
+}
+
+static void mock_init(void)
+{
+	static char path[64];
+	struct stat st;
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK))
+		DIE("pipe");
+	/* Room for every completion this test queues. */
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	if (fstat(p[0], &st))
+		DIE("fstat");
+	mock.ino = st.st_ino;
+	mock.wfd = p[1];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", p[0]);
+	ss_device_path = path;
+}
+
+static void test_context(void)
+{
+	struct stablesend_req reqs[2500];
+	struct stablesend_cqe cqes[64];
+	struct stablesend_counters c;
+	struct stablesend *ss;
+	struct timespec t0, t1;
+	unsigned int i;
+	int efd = 9999, ret;
+
+	CHECK(stablesend_open(-1, 1U << 7) == NULL && errno == EINVAL,
+	      "unknown open flag");
+
+	/* eventfd is only passed through: the mock does not look at it */
+	ss = stablesend_open_limit(efd, 0, 4096 * 1024);
+	CHECK(ss != NULL, "open: %s", strerror(errno));
+	if (!ss)
+		return;
+	CHECK(mock.setup.eventfd == efd && mock.setup.mem_limit == 4 << 20 &&
+	      !mock.setup.flags && !mock.setup.reserved0 &&
+	      !mock.setup.reserved[0] && !mock.setup.reserved[3],
+	      "SETUP as sent: eventfd %d limit %llu", mock.setup.eventfd,
+	      (unsigned long long)mock.setup.mem_limit);
+	CHECK(stablesend_features(ss) == mock.features, "features");
+	CHECK(stablesend_abi_version(ss) == STABLESEND_ABI_VERSION, "abi");
+	CHECK(stablesend_mem_limit(ss) == 4 << 20, "limit");
+	CHECK(stablesend_fd(ss) >= 0 &&
+	      !(fcntl(stablesend_fd(ss), F_GETFL) & O_NONBLOCK), "blocking");
+	CHECK(fcntl(stablesend_fd(ss), F_GETFD) & FD_CLOEXEC, "cloexec");
+
+	/* submit: batching, partial acceptance */
+	for (i = 0; i < 2500; i++) {
+		stablesend_prep_req(&reqs[i], 3, 4, i * 10, 100 + i, i);
+		CHECK(!reqs[i].head && !reqs[i].flags && !reqs[i].reserved,
+		      "prep clears");
+	}
+	stablesend_prep_hdtr(&reqs[0], "hd", 2, NULL, 0);
+	CHECK(reqs[0].head && reqs[0].head_len == 2 && !reqs[0].tail,
+	      "prep_hdtr");
+	CHECK_RET(stablesend_submit(ss, reqs, 0), 0);
+	CHECK_NEG(stablesend_submit(ss, NULL, 1), EFAULT);
+	mock.nbatches = 0;
+	ret = stablesend_submit(ss, reqs, 2500);
+	CHECK(ret == 2500, "submit 2500: %d", ret);
+	CHECK(mock.nbatches == 3 && mock.batches[0] == 1024 &&
+	      mock.batches[1] == 1024 && mock.batches[2] == 452,
+	      "batches %u: %u %u %u", mock.nbatches, mock.batches[0],
+	      mock.batches[1], mock.batches[2]);
+
+	/* reap them all, in order */
+	for (i = 0; i < 2500; ) {
+		int n = stablesend_reap(ss, cqes, 64, 1000), j;
+
+		CHECK(n > 0, "reap: %d", n);
+		if (n <= 0)
+			break;
+		for (j = 0; j < n; j++, i++)
+			CHECK(cqes[j].user_data == i &&
+			      cqes[j].res == 100 + i &&
+			      cqes[j].flags == STABLESEND_CQE_SENT,
+			      "cqe %u: %llu %lld", i,
+			      (unsigned long long)cqes[j].user_data,
+			      (long long)cqes[j].res);
+	}
+	CHECK_RET(stablesend_reap(ss, cqes, 64, 0), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_RET(stablesend_reap(ss, cqes, 64, 100), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK((t1.tv_sec - t0.tv_sec) * 1000 +
+	      (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 90, "timeout too short");
+	CHECK_NEG(stablesend_reap(ss, cqes, 0, 0), EINVAL);
+	CHECK_NEG(stablesend_reap(ss, NULL, 1, 0), EINVAL);
+
+	/* second batch fails: the first batch's count is the result */
+	mock.accept_left = 1024;
+	mock.nbatches = 0;
+	CHECK_RET(stablesend_submit(ss, reqs, 2500), 1024);
+	CHECK(mock.nbatches == 2, "stopped after the failing batch");
+	/* partial batch: stop there */
+	mock.accept_left = 476;
+	mock.nbatches = 0;
+	CHECK_RET(stablesend_submit(ss, reqs, 2500), 476);
+	CHECK(mock.nbatches == 1, "stopped after a short batch");
+	/* first batch fails: -errno */
+	mock.accept_left = 0;
+	CHECK_NEG(stablesend_submit(ss, reqs, 10), EAGAIN);
+	mock.accept_left = 1 << 30;
+	while (stablesend_reap(ss, cqes, 64, 0) > 0)
+		;
+
+	CHECK_RET(stablesend_cancel(ss, 42), 3);
+	CHECK_NEG(stablesend_cancel(ss, 43), ENOENT);
+	CHECK(mock.cancel_arg == 43, "cancel arg");
+	CHECK(stablesend_counters(ss, &c) == 0 && c.submitted == 7 &&
+	      c.bytes_sent == 12345, "counters");
+	CHECK_NEG(stablesend_counters(ss, NULL), EINVAL);
+	stablesend_close(ss);
+
+	ss = stablesend_open(-1, STABLESEND_OPEN_NONBLOCK);
+	CHECK(ss && (fcntl(stablesend_fd(ss), F_GETFL) & O_NONBLOCK),
+	      "NONBLOCK opens non-blocking");
+	CHECK(mock.setup.eventfd == -1 && mock.setup.mem_limit == 0,
+	      "open() asks for the default limit");
+	CHECK(stablesend_mem_limit(ss) == MOCK_LIMIT, "default limit");
+	stablesend_close(ss);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+static void test_reap_eintr(void)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
+	struct itimerval it = { .it_value = { .tv_usec = 50000 } };
+	struct stablesend_cqe cqe;
+	struct stablesend *ss;
+
+	ss = stablesend_open(-1, 0);
+	if (!ss)
+		DIE("open");
+	sigaction(SIGALRM, &sa, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+	CHECK_NEG(stablesend_reap(ss, &cqe, 1, -1), EINTR);
+	stablesend_close(ss);
+	signal(SIGALRM, SIG_DFL);
+}
+
+/* A receiving socket pair whose far end is drained by a sink thread. */
+struct conn {
+	int fd;
+	struct sink sink;
+};
+
+static void conn_open(struct conn *c)
+{
+	int fds[2];
+
+	stream_pair(AF_UNIX, fds);
+	c->fd = fds[0];
+	sink_start(&c->sink, fds[1]);
+}
+
+static size_t conn_close(struct conn *c, off_t start)
+{
+	size_t i;
+
+	close(c->fd);
+	sink_finish(&c->sink);
+	for (i = 0; i < c->sink.len; i++)
+		if (c->sink.buf[i] != pat(start + i, 3))
+			break;
+	CHECK(i == c->sink.len, "received bytes wrong at %zu", i);
+	free(c->sink.buf);
+	return c->sink.len;
+}
+
+static void test_sendfile(void)
+{
+	const size_t size = 3 * MOCK_LIMIT + 777;
+	int fd = tmpfile_fd(size, 3);
+	struct conn c;
+	off_t off;
+	ssize_t n;
+	int out;
+
+	/* one SEND, capped at a quarter of the limit */
+	conn_open(&c);
+	off = 5;
+	mock.send_calls = 0;
+	n = stablesend_sendfile(c.fd, fd, &off, size);
+	CHECK(n == MOCK_LIMIT / 4, "capped to limit/4: %zd", n);
+	CHECK(off == 5 + n, "offset advanced: %lld", (long long)off);
+	CHECK(mock.send_calls == 1, "one SEND: %d", mock.send_calls);
+	CHECK(mock.last_send.file_fd == fd && mock.last_send.sock_fd == c.fd &&
+	      mock.last_send.offset == 5 &&
+	      mock.last_send.len == MOCK_LIMIT / 4 && !mock.last_send.head &&
+	      !mock.last_send.tail && !mock.last_send.head_len &&
+	      !mock.last_send.flags && !mock.last_send.reserved,
+	      "SEND request fields");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_MODULE, "path");
+	CHECK(lseek(fd, 0, SEEK_CUR) == 0, "position untouched");
+	CHECK(conn_close(&c, 5) == (size_t)n, "received");
+
+	/* NULL offset: the file position is used and advanced */
+	conn_open(&c);
+	lseek(fd, 100, SEEK_SET);
+	n = stablesend_sendfile(c.fd, fd, NULL, 1000);
+	CHECK(n == 1000 && lseek(fd, 0, SEEK_CUR) == 1100,
+	      "position: %zd %lld", n, (long long)lseek(fd, 0, SEEK_CUR));
+	conn_close(&c, 100);
+
+	/* short file; at and past EOF (ENODATA) give 0 */
+	conn_open(&c);
+	off = size - 10;
+	CHECK(stablesend_sendfile(c.fd, fd, &off, 1000) == 10, "short");
+	CHECK(off == (off_t)size, "offset at EOF");
+	mock.send_calls = 0;
+	CHECK(stablesend_sendfile(c.fd, fd, &off, 1000) == 0, "at EOF");
+	off = size + 4096;
+	CHECK(stablesend_sendfile(c.fd, fd, &off, 1000) == 0, "past EOF");
+	CHECK(off == (off_t)size + 4096, "offset unchanged");
+	CHECK(mock.send_calls == 2, "EOF asked of the module");
+	conn_close(&c, size - 10);
+
+	/* count 0: no SEND */
+	conn_open(&c);
+	off = 0;
+	mock.send_calls = 0;
+	CHECK(stablesend_sendfile(c.fd, fd, &off, 0) == 0 && !mock.send_calls,
+	      "count 0");
+	CHECK_ERRNO(stablesend_sendfile(c.fd, -1, &off, 0), EBADF);
+
+	/* range checks happen before the length is capped */
+	{
+		off_t big = 0x7fffffffffffffffLL - 5;
+
+		mock.send_calls = 0;
+		CHECK_ERRNO(stablesend_sendfile(c.fd, fd, &big, 10), EINVAL);
+		big = -1;
+		CHECK_ERRNO(stablesend_sendfile(c.fd, fd, &big, 10), EINVAL);
+		CHECK_ERRNO(stablesend_sendfile(c.fd, fd, &off, -1UL), EINVAL);
+		CHECK(!mock.send_calls, "bad ranges reached the module");
+	}
+
+	/* EMSGSIZE: halve and retry */
+	mock.emsgsize_above = 10000;
+	mock.send_calls = 0;
+	n = stablesend_sendfile(c.fd, fd, &off, 100000);
+	CHECK(n > 0 && n <= 10000 && mock.send_calls > 1,
+	      "EMSGSIZE: %zd after %d SENDs", n, mock.send_calls);
+	mock.emsgsize_above = ~0ULL;
+
+	/* errors pass through; EINTR leaves the offset alone */
+	mock.send_err = EINTR;
+	{
+		off_t before = off;
+
+		CHECK_ERRNO(stablesend_sendfile(c.fd, fd, &off, 100), EINTR);
+		CHECK(off == before, "offset after EINTR");
+	}
+	mock.send_err = EPIPE;
+	CHECK_ERRNO(stablesend_sendfile(c.fd, fd, &off, 100), EPIPE);
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_MODULE,
+	      "failed calls leave the path alone");
+	conn_close(&c, 0);
+
+	/* non-blocking socket without room: EAGAIN without a SEND */
+	{
+		int fds[2];
+		static const char junk[4096];
+
+		stream_pair(AF_UNIX, fds);
+		fcntl(fds[0], F_SETFL, O_NONBLOCK);
+		while (write(fds[0], junk, sizeof(junk)) > 0)
+			;
+		mock.send_calls = 0;
+		off = 0;
+		CHECK_ERRNO(stablesend_sendfile(fds[0], fd, &off, 100), EAGAIN);
+		CHECK(!mock.send_calls, "no SEND when full");
+		close(fds[0]);
+		close(fds[1]);
+	}
+	/* non-blocking with room: at most one send buffer */
+	{
+		struct sink s;
+		int fds[2], sndbuf;
+		socklen_t sl = sizeof(sndbuf);
+
+		stream_pair(AF_UNIX, fds);
+		fcntl(fds[0], F_SETFL, O_NONBLOCK);
+		getsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl);
+		sink_start(&s, fds[1]);
+		off = 0;
+		mock.send_calls = 0;
+		n = stablesend_sendfile(fds[0], fd, &off, size);
+		CHECK(n > 0 && n <= sndbuf && mock.send_calls == 1,
+		      "non-blocking: %zd (sndbuf %d)", n, sndbuf);
+		close(fds[0]);
+		sink_finish(&s);
+		free(s.buf);
+	}
+
+	/* not a socket: ENOTSOCK from the module, then the copy path */
+	out = tmpfile_fd(0, 0);
+	off = 1;
+	n = stablesend_sendfile(out, fd, &off, 5000);
+	CHECK(n == 5000 && off == 5001, "file out: %zd", n);
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_COPY, "copied");
+	{
+		unsigned char buf[5000];
+		size_t i;
+
+		CHECK(pread(out, buf, sizeof(buf), 0) == 5000, "read back");
+		for (i = 0; i < sizeof(buf); i++)
+			if (buf[i] != pat(1 + i, 3))
+				break;
+		CHECK(i == sizeof(buf), "file out bytes wrong at %zu", i);
+	}
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(stablesend_sendfile(out, fd, &off, 5000), ENOTSOCK);
+	unsetenv(STABLESEND_ENV_REQUIRE_MODULE);
+	close(out);
+	close(fd);
+}
+
+/* Device init variants, each in a fresh child (the device is per process). */
+static int child(void (*fn)(void))
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	int status;
+
+	if (pid < 0)
+		DIE("fork");
+	if (!pid) {
+		t_failed = 0;
+		fn();
+		exit(t_result());
+	}
+	if (waitpid(pid, &status, 0) < 0)
+		DIE("waitpid");
+	return WIFEXITED(status) ? WEXITSTATUS(status) : T_FAIL;
+}
+
+static ssize_t small_send(void)
+{
+	int fd = tmpfile_fd(100, 3), fds[2];
+	char buf[100];
+	off_t off = 0;
+	ssize_t n;
+
+	stream_pair(AF_UNIX, fds);
+	n = stablesend_sendfile(fds[0], fd, &off, 100);
+	if (n == 100)
+		CHECK(read(fds[1], buf, 100) == 100, "received");
+	close(fds[0]);
+	close(fds[1]);
+	close(fd);
+	return n;
+}
+
+static void no_send_feature(void)
+{
+	mock.features = STABLESEND_FEAT_SUBMIT;
+	mock.send_calls = 0;
+	CHECK(small_send() == 100, "falls back");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_COPY, "copy");
+	CHECK(!mock.send_calls, "no SEND");
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(small_send(), ENODEV);
+	CHECK(mock.setup_calls == 1, "decided once");
+}
+
+static void setup_enotty(void)
+{
+	mock.setup_err = ENOTTY;
+	CHECK(small_send() == 100, "falls back");
+	CHECK(small_send() == 100, "falls back");
+	CHECK(mock.setup_calls == 1, "decided once: %d", mock.setup_calls);
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(small_send(), ENODEV);
+}
+
+static void setup_transient(void)
+{
+	mock.setup_err = EMFILE;
+	CHECK(small_send() == 100, "copies while the device cannot open");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_COPY, "copy");
+	mock.setup_err = 0;
+	CHECK(small_send() == 100, "module once it can");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_MODULE, "module");
+	CHECK(mock.setup_calls == 2, "retried: %d", mock.setup_calls);
+}
+
+static void setup_transient_required(void)
+{
+	mock.setup_err = EMFILE;
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(small_send(), EMFILE);
+}
+
+/* After fork(), the child keeps using the parent's device fd. */
+static void after_fork(void)
+{
+	int calls = mock.setup_calls;
+
+	CHECK(small_send() == 100, "child sends");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_MODULE, "module");
+	CHECK(mock.setup_calls == calls, "no second open");
+}
+
+int main(void)
+{
+	mock_init();
+	CHECK(child(no_send_feature) == 0, "no_send_feature");
+	CHECK(child(setup_enotty) == 0, "setup_enotty");
+	CHECK(child(setup_transient) == 0, "setup_transient");
+	CHECK(child(setup_transient_required) == 0, "setup_transient_required");
+	test_context();
+	test_reap_eintr();
+	test_sendfile();
+	CHECK(child(after_fork) == 0, "after_fork");
+	return t_result();
+}

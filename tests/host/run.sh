@@ -1,0 +1,44 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# run.sh TEST...: run each test (a program, or a .sh script) with a timeout;
+# exit 0 is a pass, 77 a skip, anything else a failure.  Prints PASS, FAIL
+# or SKIP and the name per test, then "N passed, N failed, N skipped", and
+# exits non-zero if anything failed.  Output goes to NAME.log, shown on
+# failure.
+#
+# VALGRIND="valgrind --error-exitcode=99 ...": run each program a second
+# time under it, as NAME:valgrind.  TIMEOUT: seconds per test (120).
+
+timeout=${TIMEOUT:-120}
+pass=0 fail=0 skip=0
+
+# one NAME LOG CMD...
+one() {
+	name=$1 log=$2
+	shift 2
+	timeout "$timeout" "$@" >"$log" 2>&1
+	rc=$?
+	case $rc in
+	0)	echo "PASS $name"; pass=$((pass + 1)) ;;
+	77)	echo "SKIP $name"; skip=$((skip + 1)) ;;
+	*)	[ $rc = 124 ] && echo "(timed out after ${timeout}s)" >>"$log"
+		echo "FAIL $name (exit $rc, log $log)"
+		tail -n 30 "$log" | sed 's/^/    /'
+		fail=$((fail + 1)) ;;
+	esac
+}
+
+for t in "$@"; do
+	name=${t##*/}
+	case $t in
+	*.sh)	one "$name" "$name.log" sh "$t" ;;
+	*)	one "$name" "$name.log" "$t"
+		# shellcheck disable=SC2086
+		[ -n "${VALGRIND:-}" ] &&
+			one "$name:valgrind" "$name.valgrind.log" $VALGRIND "$t" ;;
+	esac
+done
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail = 0 ]
