@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * init: PID 1 of the stablesend test guest.
+ *
+ * One function per step, as in WireGuard's qemu/init.c: mount the
+ * pseudo filesystems, open the host channels, bring up lo, load the
+ * kernel's own modules and ours, then either run every test in /tests or
+ * one command, and power off.
+ *
+ * Channels (the host starts QEMU with three serial ports):
+ *   ttyS0  kernel console (the host keeps it as console.log)
+ *   ttyS1  verdicts, one per line: "RUN <name> <timeout>",
+ *          "PASS|FAIL|SKIP <name> [reason]", "EXIT <status>", "DONE"
+ *   ttyS2  output of the tests (framed by "@@@ begin|end <name>" lines)
+ *          or of the command (raw)
+ *
+ * Configuration, written by the host into the initramfs:
+ *   /etc/harness/mode     "tests", "cmd" or "probe"
+ *   /etc/harness/modules  kernel modules to load, in order (paths)
+ *   /etc/harness/tests    "<name> <timeout seconds>" per line, in order
+ *   /etc/harness/cmd      shell command line (mode cmd), run in /host
+ *   /etc/harness/timeout  its timeout in seconds (mode cmd)
+ *   /lib/modules/stablesend.ko  loaded last when present; its failure is
+ *          reported as the test "module-load"
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MARKER "stablesend-harness: begin "
+
+static int results = -1, output = -1;
+
+/* Kernel log lines that fail a test even when it exited 0. */
+static const char *const splats[] = {
+	"WARNING:", "BUG:", "Oops", "refcount_t", "leak", "KASAN", "UBSAN",
+	"Call Trace",
+};
+
+static void report(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(results, line, n) < 0)
+		perror("write ttyS1");
+}
+
+static void poweroff(void)
+{
+	sync();
+	reboot(RB_POWER_OFF);
+	for (;;)
+		pause();
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "init: %s: %s\n", what, strerror(errno));
+	poweroff();
+}
+
+static void mount_filesystems(void)
+{
+	static const struct { const char *src, *dst, *type; } fs[] = {
+		{ "proc", "/proc", "proc" },
+		{ "sysfs", "/sys", "sysfs" },
+		{ "devtmpfs", "/dev", "devtmpfs" },
+		{ "debugfs", "/sys/kernel/debug", "debugfs" },
+		{ "tmpfs", "/tmp", "tmpfs" },
+		{ "tmpfs", "/run", "tmpfs" },
+		{ "cgroup2", "/sys/fs/cgroup", "cgroup2" },
+	};
+	unsigned int i;
+
+	for (i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
+		mkdir(fs[i].dst, 0755);
+		if (mount(fs[i].src, fs[i].dst, fs[i].type, 0, NULL) &&
+		    errno != EBUSY)
+			die(fs[i].dst);
+	}
+	mkdir("/dev/shm", 01777);
+	mount("tmpfs", "/dev/shm", "tmpfs", 0, NULL);
+	mkdir("/dev/pts", 0755);
+	mount("devpts", "/dev/pts", "devpts", 0, "ptmxmode=0666");
+}
+
+/* Raw mode: no \n -> \r\n, no echo, bytes pass untouched. */
+static int open_channel(const char *path)
+{
+	struct termios t;
+	int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		die(path);
+	if (!tcgetattr(fd, &t)) {
+		cfmakeraw(&t);
+		tcsetattr(fd, TCSANOW, &t);
+	}
+	return fd;
+}
+
+static void open_channels(void)
+{
+	results = open_channel("/dev/ttyS1");
+	output = open_channel("/dev/ttyS2");
+	/* The console stays the kernel's; our own messages go there too. */
+	int con = open("/dev/console", O_RDWR | O_NOCTTY);
+
+	if (con >= 0) {
+		dup2(con, 1);
+		dup2(con, 2);
+		if (con > 2)
+			close(con);
+	}
+	setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
+	setenv("HOME", "/tmp", 1);
+	setenv("TERM", "dumb", 1);
+}
+
+static void bring_up_lo(void)
+{
+	struct ifreq ifr = { .ifr_name = "lo" };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr))
+		die("lo");
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr))
+		die("lo up");
+	close(fd);
+}
+
+static int load_module(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return -1;
+	ret = syscall(SYS_finit_module, fd, "", 0);
+	if (ret && errno == EEXIST)
+		ret = 0;
+	close(fd);
+	return ret;
+}
+
+/* The kernel's own modules (veth, tls and their dependencies), in order. */
+static void load_kernel_modules(void)
+{
+	FILE *f = fopen("/etc/harness/modules", "re");
+	char path[512];
+	int failed = 0;
+
+	while (f && fgets(path, sizeof(path), f)) {
+		path[strcspn(path, "\n")] = 0;
+		if (path[0] && load_module(path)) {
+			report("FAIL module-load insmod %s: %s", path,
+			       strerror(errno));
+			failed = 1;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (failed)
+		return;
+	if (access("/lib/modules/stablesend.ko", F_OK))
+		return;
+	if (load_module("/lib/modules/stablesend.ko"))
+		report("FAIL module-load insmod stablesend.ko: %s",
+		       strerror(errno));
+	else
+		report("PASS module-load");
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void reap_orphans(void)
+{
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+/*
+ * Run argv in its own session with stdout/stderr on the output channel;
+ * kill its whole process group after timeout seconds.  Returns the wait
+ * status, or -1 on timeout.
+ */
+static int run_with_timeout(char *const argv[], const char *cwd, int timeout)
+{
+	double deadline = now() + timeout;
+	int status = 0, pidfd;
+	pid_t pid;
+
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (!pid) {
+		int null = open("/dev/null", O_RDONLY);
+
+		setsid();
+		dup2(null, 0);
+		dup2(output, 1);
+		dup2(output, 2);
+		if (chdir(cwd))
+			perror(cwd);
+		signal(SIGPIPE, SIG_DFL);
+		execv(argv[0], argv);
+		perror(argv[0]);
+		_exit(127);
+	}
+	pidfd = syscall(SYS_pidfd_open, pid, 0);
+	for (;;) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		double left = deadline - now();
+
+		if (left <= 0) {
+			kill(-pid, SIGKILL);
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			status = -1;
+			break;
+		}
+		if (pidfd < 0) {
+			usleep(100000);
+		} else if (poll(&p, 1, left * 1000 + 1) <= 0) {
+			continue;
+		}
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			break;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	kill(-pid, SIGKILL); /* whatever the test left running */
+	reap_orphans();
+	return status;
+}
+
+/* Position a /dev/kmsg reader at the end, then log the marker. */
+static int kmsg_mark(const char *name)
+{
+	int rd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int wr = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+
+	if (rd >= 0)
+		lseek(rd, 0, SEEK_END);
+	if (wr >= 0) {
+		char line[300];
+		int n = snprintf(line, sizeof(line), MARKER "%s\n", name);
+
+		/* One write() per record: dprintf() gets EINVAL here. */
+		if (write(wr, line, n) < 0)
+			perror("/dev/kmsg");
+		close(wr);
+	}
+	return rd;
+}
+
+/* First splat line logged since the marker, copied into hit. */
+static int kmsg_scan(int rd, char *hit, size_t len)
+{
+	char rec[8192];
+	ssize_t n;
+	int found = 0;
+
+	if (rd < 0)
+		return 0;
+	usleep(100000); /* let late reports (RCU, workqueues) land */
+	for (;;) {
+		char *msg;
+		unsigned int i;
+
+		n = read(rd, rec, sizeof(rec) - 1);
+		if (n < 0 && errno == EPIPE)
+			continue; /* overwritten records: keep reading */
+		if (n <= 0)
+			break;
+		rec[n] = 0;
+		msg = strchr(rec, ';');
+		msg = msg ? msg + 1 : rec;
+		msg[strcspn(msg, "\n")] = 0;
+		if (!strncmp(msg, MARKER, strlen(MARKER)))
+			continue;
+		for (i = 0; i < sizeof(splats) / sizeof(splats[0]); i++) {
+			if (!found && strstr(msg, splats[i])) {
+				snprintf(hit, len, "%.200s", msg);
+				found = 1;
+			}
+		}
+	}
+	close(rd);
+	return found;
+}
+
+static void run_test(const char *name, int timeout)
+{
+	char path[300], hit[300];
+	char *argv[] = { path, NULL };
+	int status, rd, splat;
+
+	snprintf(path, sizeof(path), "/tests/%s", name);
+	report("RUN %s %d", name, timeout);
+	dprintf(output, "@@@ begin %s\n", name);
+	rd = kmsg_mark(name);
+	status = run_with_timeout(argv, "/tmp", timeout);
+	dprintf(output, "\n@@@ end %s\n", name);
+	splat = kmsg_scan(rd, hit, sizeof(hit));
+
+	if (status == -1)
+		report("FAIL %s timeout after %d s", name, timeout);
+	else if (WIFSIGNALED(status))
+		report("FAIL %s killed by signal %d", name, WTERMSIG(status));
+	else if (splat)
+		report("FAIL %s kernel log: %s", name, hit);
+	else if (WEXITSTATUS(status) == 77)
+		report("SKIP %s", name);
+	else if (WEXITSTATUS(status))
+		report("FAIL %s exit status %d", name, WEXITSTATUS(status));
+	else
+		report("PASS %s", name);
+}
+
+static void run_tests(void)
+{
+	FILE *f = fopen("/etc/harness/tests", "re");
+	char name[256];
+	int timeout;
+
+	while (f && fscanf(f, "%255s %d", name, &timeout) == 2)
+		run_test(name, timeout);
+	if (f)
+		fclose(f);
+}
+
+static void run_command(void)
+{
+	char *argv[] = { "/bin/sh", "/etc/harness/cmd", NULL };
+	FILE *f = fopen("/etc/harness/timeout", "re");
+	int timeout = 600, status;
+
+	if (f) {
+		if (fscanf(f, "%d", &timeout) != 1)
+			timeout = 600;
+		fclose(f);
+	}
+	report("RUN cmd %d", timeout);
+	status = run_with_timeout(argv, "/host", timeout);
+	if (status == -1)
+		report("EXIT 124 timeout after %d s", timeout);
+	else if (WIFSIGNALED(status))
+		report("EXIT %d killed by signal %d", 128 + WTERMSIG(status),
+		       WTERMSIG(status));
+	else
+		report("EXIT %d", WEXITSTATUS(status));
+}
+
+static void read_mode(char *mode, size_t len)
+{
+	FILE *f = fopen("/etc/harness/mode", "re");
+
+	snprintf(mode, len, "tests");
+	if (f) {
+		if (fgets(mode, len, f))
+			mode[strcspn(mode, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+int main(void)
+{
+	char mode[32];
+
+	mount_filesystems();
+	open_channels();
+	read_mode(mode, sizeof(mode));
+	report("BOOT");
+	if (strcmp(mode, "probe")) {
+		bring_up_lo();
+		load_kernel_modules();
+		if (!strcmp(mode, "cmd"))
+			run_command();
+		else
+			run_tests();
+	}
+	report("DONE");
+	poweroff();
+	return 0;
+}
