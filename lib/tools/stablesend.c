@@ -23,7 +23,9 @@
 
 #include <stablesend.h>
 
+/* Where the module publishes global state; each is optional. */
 #define SYS_PARAMS	"/sys/module/stablesend/parameters"
+#define SYS_STATS	"/sys/class/misc/stablesend/stats"
 #define DEBUGFS_DIR	"/sys/kernel/debug/stablesend"
 
 static const char *prog = "stablesend";
@@ -231,7 +233,7 @@ out_file:
 	return ret;
 }
 
-/* Print "name = value" for every readable file of dir; quiet if absent. */
+/* Print "name value" for every readable file of dir, or that it is absent. */
 static void print_dir(const char *title, const char *dir)
 {
 	struct dirent *de;
@@ -338,6 +340,7 @@ static int cmd_status(int argc, char **argv)
 	stablesend_close(ss);
 
 	print_dir("module parameters", SYS_PARAMS);
+	print_dir("global counters", SYS_STATS);
 	print_dir("debugfs", DEBUGFS_DIR);
 	return 0;
 }
