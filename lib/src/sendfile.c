@@ -216,14 +216,21 @@ einval:
 	return -1;
 }
 
-/* Fail with the errno sendfile(2) would give, or err if it would not fail. */
-static ssize_t fail_like_sendfile(int out_fd, int in_fd, const off_t *offset,
-				  size_t count, int err)
+/* 0 if sendfile(2) would accept these arguments, else -1 with its errno. */
+static int sendfile_valid(int out_fd, int in_fd, const off_t *offset,
+			  size_t count)
 {
 	off_t pos;
 	int sock;
 
-	if (copy_check(out_fd, in_fd, offset, &count, &pos, &sock) == 0)
+	return copy_check(out_fd, in_fd, offset, &count, &pos, &sock);
+}
+
+/* Fail with the errno sendfile(2) would give, or err if it would not fail. */
+static ssize_t fail_like_sendfile(int out_fd, int in_fd, const off_t *offset,
+				  size_t count, int err)
+{
+	if (sendfile_valid(out_fd, in_fd, offset, count) == 0)
 		errno = err;
 	return -1;
 }
@@ -338,6 +345,9 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	fl = fcntl(out_fd, F_GETFL);
 	if (fl < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count, errno);
+	/* sendfile(2) refuses O_APPEND outputs but for pipes */
+	if ((fl & O_APPEND) && sendfile_valid(out_fd, in_fd, offset, count) < 0)
+		return -1;
 	if (fl & O_NONBLOCK) {
 		struct pollfd pfd = { .fd = out_fd, .events = POLLOUT };
 		socklen_t sl = sizeof(int);
@@ -366,14 +376,20 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	}
 	if (ret < 0) {
 		switch (errno) {
-		case ENODATA:		/* at or past EOF */
-			return 0;
 		case ENOTSOCK:		/* a file or pipe: sendfile takes those */
 		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
 		case ENOTCONN:		/* let send(2) pick its errno (EPIPE) */
 			if (!require_module())
 				return copy_sendfile(out_fd, in_fd, offset,
 						     count);
+			return -1;
+		case ENODATA:		/* at or past EOF: 0, if valid */
+			return sendfile_valid(out_fd, in_fd, offset, count);
+		case EBADF:
+		case EINVAL:
+			/* The module checks in another order: sendfile's errno. */
+			return fail_like_sendfile(out_fd, in_fd, offset, count,
+						  errno);
 		}
 		return -1;
 	}
