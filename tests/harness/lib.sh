@@ -33,6 +33,7 @@ SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
 	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
+SS_APT_WAIT=(-o DPkg::Lock::Timeout=600) # another apt/dpkg may be running
 # errexit inside $(...) too: a failing step must never run on with empty values.
 shopt -s inherit_errexit
 
@@ -98,8 +99,9 @@ ss_need_pkgs() {
 		exit 1
 	fi
 	ss_say "installing ${missing[*]}"
-	apt-get install -y --no-install-recommends "${missing[@]}" >&2 || {
-		apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2
+	apt-get install "${SS_APT_WAIT[@]}" -y --no-install-recommends "${missing[@]}" >&2 || {
+		apt-get update "${SS_APT_WAIT[@]}" >&2 &&
+			apt-get install "${SS_APT_WAIT[@]}" -y --no-install-recommends "${missing[@]}" >&2
 	}
 }
 
@@ -141,7 +143,7 @@ ss_host_apt() {
 	fi
 	if ss_stale "$stamp"; then
 		ss_say "apt-get update (host)"
-		apt-get update -qq >&2 || ss_die "apt-get update failed"
+		apt-get update "${SS_APT_WAIT[@]}" -qq >&2 || ss_die "apt-get update failed"
 		mkdir -p "${stamp%/*}" && touch "$stamp"
 	fi
 }
@@ -199,7 +201,7 @@ ss_fetch() {
 	mapfile -t opts < <(ss_apt_opts "$key")
 	pkgs=("linux-image-$kver")
 	for p in $(apt-cache "${opts[@]}" show "linux-image-$kver=$ver" |
-		sed -n 's/^Depends: //p' | tr ',|' '\n\n' | awk '{ print $1 }'); do
+		sed -n 's/^Depends: //p' | sed 's/[,|]/\n/g' | awk '{ print $1 }'); do
 		[[ $p == *-"$kver" ]] && pkgs+=("$p")
 	done
 	mkdir -p "$SS_CACHE/debs"
@@ -256,10 +258,11 @@ ss_root_create() {
 }
 
 # Run a command in the root with /proc (objtool reads it) and the work tree
-# mounted at the same path as on the host; always unmounted.
+# mounted at the same path as on the host; always unmounted (lazily when
+# busy: dkms leaves its progress "sleep" running in the build tree).
 ss_chroot() (
 	local m mounts=("$SS_ROOT/proc" "$SS_ROOT$SS_WORK")
-	ss_on_exit 'for m in "${mounts[@]}"; do mountpoint -q "$m" && umount "$m" || true; done'
+	ss_on_exit 'for m in "${mounts[@]}"; do mountpoint -q "$m" && { umount "$m" || umount -l "$m"; }; done'
 	mkdir -p "$SS_ROOT$SS_WORK"
 	mountpoint -q "$SS_ROOT/proc" || mount -t proc proc "$SS_ROOT/proc"
 	mountpoint -q "$SS_ROOT$SS_WORK" || mount --bind "$SS_WORK" "$SS_ROOT$SS_WORK"
@@ -296,7 +299,7 @@ ss_headers() {
 	else
 		ss_say "installing $pkg $ver"
 		apt-cache madison "$pkg" | grep -q "$ver.*bookworm-backports" && t=(-t bookworm-backports)
-		apt-get install -y -q --no-install-recommends "${t[@]}" "$pkg=$ver" >&2 ||
+		apt-get install "${SS_APT_WAIT[@]}" -y -q --no-install-recommends "${t[@]}" "$pkg=$ver" >&2 ||
 			ss_die "cannot install $pkg=$ver"
 	fi
 }
@@ -512,9 +515,9 @@ ss_verdicts() {
 	done
 }
 
-ss_test_output() { # WORK NAME: what the test printed
+ss_test_output() { # WORK NAME: what the test printed, less trailing blank lines
 	awk -v b="@@@ begin $2" -v e="@@@ end $2" '$0 == e { p = 0 } p { print } $0 == b { p = 1 }' \
-		"$1/output.log" | tr -d '\r'
+		"$1/output.log" | tr -d '\r' | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'
 }
 
 ss_console_tail() { # WORK: the kernel's last words
@@ -527,13 +530,15 @@ ss_console_tail() { # WORK: the kernel's last words
 }
 
 # --- guest tests ------------------------------------------------------------
-# ss_build_tests SRCDIR OUTDIR: *.c compiled static, *.sh copied; writes
-# OUTDIR/.list ("name timeout" lines).  A test sets its own timeout with a
-# "test-timeout: N" comment in its first 30 lines.
+# ss_build_tests SRCDIR OUTDIR: *.c compiled static (with libstablesend.a
+# when lib/ has been built), *.sh copied; writes OUTDIR/.list ("name
+# timeout" lines) and OUTDIR/.broken (tests that do not compile).  A test
+# sets its own timeout with a "test-timeout: N" comment in its first 30 lines.
 ss_build_tests() {
 	local src=$1 out=$2 f name t libs=()
 	mkdir -p "$out"
 	: >"$out/.list"
+	: >"$out/.broken"
 	[[ -e $SS_REPO/lib/libstablesend.a ]] && libs=("$SS_REPO/lib/libstablesend.a")
 	for f in "$src"/*.c "$src"/*.sh; do
 		[[ -e $f ]] || continue
@@ -542,9 +547,13 @@ ss_build_tests() {
 		case $f in
 		*.c)
 			# shellcheck disable=SC2086
-			gcc -static -O2 -Wall -I "$SS_REPO/uapi" -I "$SS_REPO/lib" -pthread \
-				-o "$out/$name" "$f" "${libs[@]}" ${STABLESEND_GUEST_LDLIBS:-} ||
-				ss_die "cannot build guest test $f"
+			if ! gcc -static -O2 -Wall -I "$SS_REPO/uapi" -I "$SS_REPO/lib" \
+				-I "$SS_REPO/lib/include" -pthread -o "$out/$name" "$f" "${libs[@]}" \
+				${STABLESEND_GUEST_LDLIBS:-}; then
+				ss_say "guest test $f does not compile"
+				echo "$name" >>"$out/.broken"
+				continue
+			fi
 			;;
 		*) install -m 0755 "$f" "$out/$name" ;;
 		esac
