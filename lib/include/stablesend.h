@@ -32,6 +32,11 @@
 #include <sys/types.h>
 #include <linux/stablesend.h>
 
+/* stablesend_sendfile() takes a 64-bit off_t, on every architecture. */
+#if !defined(__LP64__) && (!defined(_FILE_OFFSET_BITS) || _FILE_OFFSET_BITS != 64)
+#error "libstablesend needs a 64-bit off_t: compile with -D_FILE_OFFSET_BITS=64"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -169,7 +169,10 @@ static int run_one(const struct tcase *c, enum out_kind k, sendfile_fn fn,
 	if (c->out == OUT_NB_FULL) {
 		static const char junk[4096];
 
+		/* Down to single bytes: "full" must mean no room at all. */
 		while (write(out, junk, sizeof(junk)) > 0)
+			;
+		while (write(out, junk, 1) > 0)
 			;
 		if (errno != EAGAIN)
 			DIE("fill");
@@ -249,6 +252,19 @@ static void compare(const struct tcase *c, enum out_kind k)
 			want.off = c->start + got.ret;
 		else
 			want.pos = c->start + got.ret;
+	}
+	/*
+	 * A socket filled until EAGAIN may still take a sendfile(2) that
+	 * appends to its last skb (6.1's unix_stream_sendpage); stablesend
+	 * answers EAGAIN whenever poll(2) says the socket is not writable.
+	 */
+	if (c->out == OUT_NB_FULL && got.ret == -1 && got.err == EAGAIN &&
+	    want.ret > 0) {
+		printf("  %-28s %-5s sendfile %zd, stablesend EAGAIN "
+		       "(allowed)\n", c->name, out_names[k], want.ret);
+		want.ret = -1;
+		want.err = EAGAIN;
+		want.off = c->start;
 	}
 	if (want.ret != got.ret || want.err != got.err) {
 		fprintf(stderr, "  %s/%s: sendfile %zd (%s), stablesend %zd "
