@@ -121,9 +121,16 @@ ss_mirror() {
 	ss_die "no Debian mirror (a URI ending in /debian) in /etc/apt/sources.list{,.d}"
 }
 
-ss_stale() { # $1 = stamp file: true when missing, older than a day, or asked
-	[[ ${STABLESEND_REFRESH:-0} == 1 || ! -e $1 || -n $(find "$1" -mmin +1440) ]]
+ss_stale() { # $1 = stamp file: true when missing or older than a day
+	[[ ! -e $1 || -n $(find "$1" -mmin +1440) ]]
 }
+ss_forget_apt() { # refresh every apt list (once) in this run
+	rm -f "$SS_CACHE/apt/host.updated" "$SS_TAPT/updated" "$SS_ROOT/.apt-updated"
+}
+if [[ ${STABLESEND_REFRESH:-0} == 1 ]]; then
+	ss_forget_apt
+	export STABLESEND_REFRESH=0
+fi
 
 # bookworm-backports on the host, pinned so nothing is ever taken from it
 # unless asked by name; apt lists refreshed at most once a day.
@@ -339,6 +346,7 @@ ss_dkms_build() {
 	done
 	[[ -e $ko ]] || ss_die "DKMS reported success but built no stablesend.ko"
 	ss_say "module: $ko"
+	echo "$ko" >"$out.source"
 	ss_unpack_ko "$ko" "$out"
 }
 
@@ -430,8 +438,13 @@ ss_accel() { # VMLINUZ
 		ss_stage_base "$w/root" none probe
 		ss_pack "$w/root" "$w/initrd"
 		SS_ACCEL=kvm ss_boot "$w" "$1" "$w/initrd" 30 >/dev/null 2>&1
-		grep -q '^BOOT' "$w/results.log" 2>/dev/null && a=kvm
-		ss_say "KVM: vCPU probe passed; a real guest $([[ $a == kvm ]] && echo booted || echo did not reach init in 30 s): using $a"
+		if grep -q '^BOOT' "$w/results.log"; then
+			a=kvm
+			ss_say "KVM: a real guest reached init under KVM: using kvm"
+		else
+			ss_say "KVM: the vCPU probe passed but a real guest did not reach init" \
+				"within 30 s ($(head -n1 "$w/qemu.log")): using tcg"
+		fi
 		rm -rf "$w"
 	else
 		ss_say "KVM: not usable (no /dev/kvm or KVM_RUN probe failed): using tcg"
