@@ -13,7 +13,7 @@
 #include <linux/poll.h>
 #include <linux/slab.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 static LIST_HEAD(ss_inflight);
 static DEFINE_SPINLOCK(ss_inflight_lock);
@@ -53,8 +53,8 @@ static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
 /* Pages idle: give them back, tell whoever asked, drop the pipeline's reference. */
 static void ss_req_release(struct ss_req *req)
 {
-	atomic64_sub(req->charged, &ss_stats.bytes_in_flight);
-	atomic64_dec(&ss_stats.requests_in_flight);
+	atomic64_sub(req->charged, &ss_stats[SS_BYTES_IN_FLIGHT]);
+	atomic64_dec(&ss_stats[SS_REQUESTS_IN_FLIGHT]);
 	if (req->cqe_released)
 		ss_post(req, &req->cqe_released, 0, STABLESEND_CQE_RELEASED);
 	ss_req_free_pages(req);
@@ -83,11 +83,11 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	if (req->copied && req->sent)
 		ctx->stats.copied++;
 	spin_unlock(&ctx->lock);
-	atomic64_add(req->sent, &ss_stats.bytes_sent);
+	atomic64_add(req->sent, &ss_stats[SS_BYTES_SENT]);
 	if (res < 0)
-		atomic64_inc(&ss_stats.errors);
+		atomic64_inc(&ss_stats[SS_ERRORS]);
 	if (req->copied && req->sent)
-		atomic64_inc(&ss_stats.copied);
+		atomic64_inc(&ss_stats[SS_COPIED]);
 
 	if (req->sync)
 		complete(&req->done);
@@ -159,7 +159,7 @@ void ss_ctx_release(struct kref *ref)
 	ss_pool_drain(ctx);
 	if (ctx->evfd)
 		eventfd_ctx_put(ctx->evfd);
-	atomic64_dec(&ss_stats.contexts);
+	atomic64_dec(&ss_stats[SS_CONTEXTS]);
 	kfree(ctx);
 	/* Callers run in a file's ->release/ioctl or on ss_wq, which exit drains. */
 	module_put(THIS_MODULE);

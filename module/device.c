@@ -12,7 +12,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 #define SS_FEATURES	(STABLESEND_FEAT_SUBMIT | STABLESEND_FEAT_SEND |	\
 			 STABLESEND_FEAT_HDTR | STABLESEND_FEAT_CANCEL |	\
@@ -39,7 +39,7 @@ static int ss_open(struct inode *inode, struct file *file)
 	ctx->mem_limit = READ_ONCE(ss_default_limit);
 	/* Requests outlive the fd; the context keeps the module for them. */
 	__module_get(THIS_MODULE);
-	atomic64_inc(&ss_stats.contexts);
+	atomic64_inc(&ss_stats[SS_CONTEXTS]);
 	file->private_data = ctx;
 	return stream_open(inode, file);
 }
@@ -253,37 +253,28 @@ static const struct file_operations ss_fops = {
 	.llseek		= noop_llseek,
 };
 
-#define SS_STAT_ATTR(name)						\
-static ssize_t name##_show(struct device *dev,				\
-			   struct device_attribute *attr, char *buf)	\
-{									\
-	return sysfs_emit(buf, "%lld\n",				\
-			  (long long)atomic64_read(&ss_stats.name));	\
-}									\
-static DEVICE_ATTR_RO(name)
-
-SS_STAT_ATTR(requests);
-SS_STAT_ATTR(bytes_sent);
-SS_STAT_ATTR(errors);
-SS_STAT_ATTR(copied);
-SS_STAT_ATTR(requests_in_flight);
-SS_STAT_ATTR(bytes_in_flight);
-SS_STAT_ATTR(pool_bytes);
-SS_STAT_ATTR(order0_fallbacks);
-SS_STAT_ATTR(contexts);
-
-static struct attribute *ss_stat_attrs[] = {
-	&dev_attr_requests.attr,
-	&dev_attr_bytes_sent.attr,
-	&dev_attr_errors.attr,
-	&dev_attr_copied.attr,
-	&dev_attr_requests_in_flight.attr,
-	&dev_attr_bytes_in_flight.attr,
-	&dev_attr_pool_bytes.attr,
-	&dev_attr_order0_fallbacks.attr,
-	&dev_attr_contexts.attr,
-	NULL,
+static const char *const ss_stat_names[SS_NR_STATS] = {
+	[SS_REQUESTS]		= "requests",
+	[SS_BYTES_SENT]		= "bytes_sent",
+	[SS_ERRORS]		= "errors",
+	[SS_COPIED]		= "copied",
+	[SS_REQUESTS_IN_FLIGHT]	= "requests_in_flight",
+	[SS_BYTES_IN_FLIGHT]	= "bytes_in_flight",
+	[SS_POOL_BYTES]		= "pool_bytes",
+	[SS_ORDER0_FALLBACKS]	= "order0_fallbacks",
+	[SS_CONTEXTS]		= "contexts",
 };
+
+static struct device_attribute ss_stat_dattrs[SS_NR_STATS];
+static struct attribute *ss_stat_attrs[SS_NR_STATS + 1];
+
+static ssize_t ss_stat_show(struct device *dev, struct device_attribute *attr,
+			    char *buf)
+{
+	long long v = atomic64_read(&ss_stats[attr - ss_stat_dattrs]);
+
+	return sysfs_emit(buf, "%lld\n", v);
+}
 
 static const struct attribute_group ss_stat_group = {
 	.name	= "stats",
@@ -305,6 +296,17 @@ static struct miscdevice ss_misc = {
 
 int ss_device_init(void)
 {
+	int i;
+
+	for (i = 0; i < SS_NR_STATS; i++) {
+		struct device_attribute *da = &ss_stat_dattrs[i];
+
+		sysfs_attr_init(&da->attr);
+		da->attr.name = ss_stat_names[i];
+		da->attr.mode = 0444;
+		da->show = ss_stat_show;
+		ss_stat_attrs[i] = &da->attr;
+	}
 	return misc_register(&ss_misc);
 }
 

@@ -6,7 +6,7 @@
 #include <linux/moduleparam.h>
 #include <linux/workqueue.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 unsigned long ss_default_limit = 16UL << 20;
 module_param_named(default_limit, ss_default_limit, ulong, 0644);
@@ -17,7 +17,7 @@ unsigned long ss_max_limit = 256UL << 20;
 module_param_named(max_limit, ss_max_limit, ulong, 0644);
 MODULE_PARM_DESC(max_limit, "Largest memory limit SETUP may ask for (bytes)");
 
-struct ss_stats ss_stats;
+atomic64_t ss_stats[SS_NR_STATS];
 struct workqueue_struct *ss_wq;
 
 static int __init ss_init(void)

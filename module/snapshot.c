@@ -15,7 +15,7 @@
 #include <linux/uaccess.h>
 #include <linux/uio.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 /* Bytes of pool pages a request of @total bytes needs. */
 static u64 ss_need(u64 total)
@@ -34,7 +34,7 @@ static void ss_free_page(struct page *page)
 {
 	unsigned int order = compound_order(page);
 
-	atomic64_sub(PAGE_SIZE << order, &ss_stats.pool_bytes);
+	atomic64_sub(PAGE_SIZE << order, &ss_stats[SS_POOL_BYTES]);
 	__free_pages(page, order);
 }
 
@@ -106,7 +106,7 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	gfp |= order ? __GFP_COMP | __GFP_NORETRY : __GFP_RETRY_MAYFAIL;
 	page = alloc_pages(gfp, order);
 	if (page)
-		atomic64_add(PAGE_SIZE << order, &ss_stats.pool_bytes);
+		atomic64_add(PAGE_SIZE << order, &ss_stats[SS_POOL_BYTES]);
 	return page;
 }
 
@@ -127,7 +127,7 @@ static int ss_fill_pages(struct ss_req *req, u64 need)
 		}
 		if (!order)
 			return -ENOMEM;
-		atomic64_inc(&ss_stats.order0_fallbacks);
+		atomic64_inc(&ss_stats[SS_ORDER0_FALLBACKS]);
 		for (i = 0; i < (1U << order); i++) {
 			page = ss_get_page(req->ctx, 0);
 			if (!page)

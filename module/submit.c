@@ -11,7 +11,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 static int ss_check_req(const struct stablesend_req *ur)
 {
@@ -69,7 +69,7 @@ static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
 		flen = min(ur->len, isize - ur->offset);
 	}
 
-	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, syncp != NULL,
+	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, !!syncp,
 			   ur->flags, dev->f_flags & O_NONBLOCK);
 	if (IS_ERR(req)) {
 		err = PTR_ERR(req);

@@ -20,7 +20,7 @@
 #include <net/sock.h>
 #include <net/tcp.h>
 
-#include "stablesend.h"
+#include "ss.h"
 
 struct ss_sock {
 	refcount_t ref;		/* queued requests, queued work */
@@ -86,8 +86,10 @@ void ss_kick(struct ss_sock *ss)
 
 void ss_sock_put(struct ss_sock *ss)
 {
-	if (!refcount_dec_and_lock(&ss->ref, &ss_socks_lock))
+	if (!refcount_dec_and_test(&ss->ref))
 		return;
+	/* Lookups skip a dead entry (refcount_inc_not_zero) until it is gone. */
+	spin_lock(&ss_socks_lock);
 	hash_del(&ss->hash);
 	spin_unlock(&ss_socks_lock);
 	/* After this no wakeup can be running or start. */
@@ -262,9 +264,9 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 		return -ENOMEM;
 	req->sock = ss;
 	req->state = SS_REQ_QUEUED;
-	atomic64_inc(&ss_stats.requests);
-	atomic64_inc(&ss_stats.requests_in_flight);
-	atomic64_add(req->charged, &ss_stats.bytes_in_flight);
+	atomic64_inc(&ss_stats[SS_REQUESTS]);
+	atomic64_inc(&ss_stats[SS_REQUESTS_IN_FLIGHT]);
+	atomic64_add(req->charged, &ss_stats[SS_BYTES_IN_FLIGHT]);
 
 	spin_lock(&ctx->lock);
 	list_add_tail(&req->ctx_node, &ctx->queued);

@@ -79,6 +79,7 @@
 #ifndef _UAPI_LINUX_STABLESEND_H
 #define _UAPI_LINUX_STABLESEND_H
 
+#include <linux/const.h>
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
@@ -89,15 +90,15 @@
 #define STABLESEND_HDTR_MAX		65536
 
 /* Features (struct stablesend_setup.features). */
-#define STABLESEND_FEAT_SUBMIT		(1ULL << 0) /* async SUBMIT, read/poll */
-#define STABLESEND_FEAT_SEND		(1ULL << 1) /* synchronous SEND */
-#define STABLESEND_FEAT_HDTR		(1ULL << 2) /* header and trailer */
-#define STABLESEND_FEAT_CANCEL		(1ULL << 3)
-#define STABLESEND_FEAT_RELEASE		(1ULL << 4) /* RELEASED completions */
-#define STABLESEND_FEAT_TCP		(1ULL << 5) /* TCP over IPv4 and IPv6 */
-#define STABLESEND_FEAT_UNIX		(1ULL << 6) /* AF_UNIX stream */
-#define STABLESEND_FEAT_KTLS		(1ULL << 7) /* TCP with the kTLS ULP */
-#define STABLESEND_FEAT_SPLICE_PAGES	(1ULL << 8) /* by-reference handoff */
+#define STABLESEND_FEAT_SUBMIT		_BITULL(0) /* async SUBMIT, read/poll */
+#define STABLESEND_FEAT_SEND		_BITULL(1) /* synchronous SEND */
+#define STABLESEND_FEAT_HDTR		_BITULL(2) /* header and trailer */
+#define STABLESEND_FEAT_CANCEL		_BITULL(3)
+#define STABLESEND_FEAT_RELEASE		_BITULL(4) /* RELEASED completions */
+#define STABLESEND_FEAT_TCP		_BITULL(5) /* TCP over IPv4 and IPv6 */
+#define STABLESEND_FEAT_UNIX		_BITULL(6) /* AF_UNIX stream */
+#define STABLESEND_FEAT_KTLS		_BITULL(7) /* TCP with the kTLS ULP */
+#define STABLESEND_FEAT_SPLICE_PAGES	_BITULL(8) /* by-reference handoff */
 
 /**
  * struct stablesend_setup - configure one open of the device
@@ -122,8 +123,8 @@ struct stablesend_setup {
 };
 
 /* Request flags (struct stablesend_req.flags). */
-#define STABLESEND_REQ_NOTIFY_RELEASE	(1U << 0) /* RELEASED completion */
-#define STABLESEND_REQ_MORE		(1U << 1) /* MSG_MORE on the last byte */
+#define STABLESEND_REQ_NOTIFY_RELEASE	_BITUL(0) /* RELEASED completion */
+#define STABLESEND_REQ_MORE		_BITUL(1) /* MSG_MORE on the last byte */
 #define STABLESEND_REQ_FLAGS		(STABLESEND_REQ_NOTIFY_RELEASE | \
 					 STABLESEND_REQ_MORE)
 
@@ -174,9 +175,9 @@ struct stablesend_submit {
 #define STABLESEND_SUBMIT_MAX		1024
 
 /* Completion flags (struct stablesend_cqe.flags). */
-#define STABLESEND_CQE_SENT		(1U << 0) /* transmission finished */
-#define STABLESEND_CQE_RELEASED		(1U << 1) /* all pages freed */
-#define STABLESEND_CQE_COPIED		(1U << 2) /* the path copied the data */
+#define STABLESEND_CQE_SENT		_BITUL(0) /* transmission finished */
+#define STABLESEND_CQE_RELEASED		_BITUL(1) /* all pages freed */
+#define STABLESEND_CQE_COPIED		_BITUL(2) /* the path copied the data */
 
 /**
  * struct stablesend_cqe - one completion record, as read(2) returns it

@@ -7,8 +7,8 @@
  * pages handed over by reference) -> completion.c (SENT/RELEASED records,
  * page release tracking).
  */
-#ifndef _STABLESEND_H
-#define _STABLESEND_H
+#ifndef _SS_H
+#define _SS_H
 
 #include <linux/atomic.h>
 #include <linux/bvec.h>
@@ -32,20 +32,21 @@ extern struct workqueue_struct *ss_wq;
 extern unsigned long ss_default_limit;
 extern unsigned long ss_max_limit;
 
-/* Module-wide counters, shown under /sys/class/misc/stablesend/stats/. */
-struct ss_stats {
-	atomic64_t requests;
-	atomic64_t bytes_sent;
-	atomic64_t errors;
-	atomic64_t copied;
-	atomic64_t requests_in_flight;	/* accepted, pages not yet released */
-	atomic64_t bytes_in_flight;	/* pool bytes held by those requests */
-	atomic64_t pool_bytes;		/* every page the module owns */
-	atomic64_t order0_fallbacks;	/* high-order allocations that failed */
-	atomic64_t contexts;
+/* Module-wide counters, one file each under /sys/class/misc/stablesend/stats/. */
+enum ss_stat {
+	SS_REQUESTS,		/* accepted */
+	SS_BYTES_SENT,
+	SS_ERRORS,		/* completions with a negative result */
+	SS_COPIED,		/* requests whose protocol copied the pages */
+	SS_REQUESTS_IN_FLIGHT,	/* accepted, pages not yet released */
+	SS_BYTES_IN_FLIGHT,	/* pool bytes those requests hold */
+	SS_POOL_BYTES,		/* every page the module owns */
+	SS_ORDER0_FALLBACKS,	/* high-order allocations that failed */
+	SS_CONTEXTS,		/* opens not yet freed */
+	SS_NR_STATS
 };
 
-extern struct ss_stats ss_stats;
+extern atomic64_t ss_stats[SS_NR_STATS];
 
 struct ss_cqe_node {
 	struct list_head node;
@@ -144,4 +145,4 @@ static inline void ss_ctx_put(struct ss_ctx *ctx)
 	kref_put(&ctx->ref, ss_ctx_release);
 }
 
-#endif /* _STABLESEND_H */
+#endif /* _SS_H */
