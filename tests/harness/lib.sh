@@ -364,7 +364,7 @@ ss_prepare() {
 	local key=$1 dir=$2 module=${3:-1} kver ver
 	mkdir -p "$SS_CACHE" "$dir"
 	exec 9>"$SS_CACHE/lock"
-	flock 9
+	flock -n 9 || { ss_say "waiting for $SS_CACHE/lock"; flock 9; }
 	read -r kver ver < <(ss_resolve "$key")
 	[[ -n $kver ]] || exit 1
 	echo "$kver" >"$dir/KVER"
