@@ -24,6 +24,7 @@
  *          reported as the test "module-load"
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -212,14 +213,86 @@ static void reap_orphans(void)
 		;
 }
 
+/* Copy a (small, /proc) file to the output channel. */
+static void cat_to_output(const char *path)
+{
+	char buf[4096];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		if (write(output, buf, n) < 0)
+			break;
+	close(fd);
+}
+
+/*
+ * Where a timed-out test hangs: the kernel stack of every thread of every
+ * process in its session, before it is killed.
+ */
+static void dump_stacks(pid_t sid)
+{
+	DIR *proc = opendir("/proc"), *task;
+	struct dirent *p, *t;
+	char path[600], stat[512], *end;
+	int fd, n, s;
+
+	while (proc && (p = readdir(proc))) {
+		snprintf(path, sizeof(path), "/proc/%s/stat", p->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, stat, sizeof(stat) - 1);
+		close(fd);
+		stat[n > 0 ? n : 0] = 0;
+		end = strrchr(stat, ')');
+		/* ") state ppid pgrp session" */
+		if (!end || sscanf(end + 1, " %*c %*d %*d %d", &s) != 1 || s != sid)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/task", p->d_name);
+		task = opendir(path);
+		while (task && (t = readdir(task))) {
+			if (t->d_name[0] == '.')
+				continue;
+			dprintf(output, "--- harness: timeout, kernel stack of %.*s) task %s\n",
+				(int)(end - stat), stat, t->d_name);
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/stack",
+				 p->d_name, t->d_name);
+			cat_to_output(path);
+		}
+		if (task)
+			closedir(task);
+	}
+	if (proc)
+		closedir(proc);
+}
+
+/* 1 when pid exited before deadline (its wait status in *status). */
+static int wait_until(pid_t pid, int pidfd, double deadline, int *status)
+{
+	for (;;) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		double left = deadline - now();
+
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return 1;
+		if (left <= 0)
+			return 0;
+		if (pidfd < 0 || poll(&p, 1, left * 1000 + 1) < 0)
+			usleep(100000);
+	}
+}
+
 /*
  * Run argv in its own session with stdout/stderr on the output channel;
  * kill its whole process group after timeout seconds.  Returns the wait
- * status, or -1 on timeout.
+ * status, or -1 on timeout.  A test stuck in the kernel past SIGKILL is
+ * left behind so that the next tests still run.
  */
 static int run_with_timeout(char *const argv[], const char *cwd, int timeout)
 {
-	double deadline = now() + timeout;
 	int status = 0, pidfd;
 	pid_t pid;
 
@@ -241,24 +314,12 @@ static int run_with_timeout(char *const argv[], const char *cwd, int timeout)
 		_exit(127);
 	}
 	pidfd = syscall(SYS_pidfd_open, pid, 0);
-	for (;;) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
-		double left = deadline - now();
-
-		if (left <= 0) {
-			kill(-pid, SIGKILL);
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			status = -1;
-			break;
-		}
-		if (pidfd < 0) {
-			usleep(100000);
-		} else if (poll(&p, 1, left * 1000 + 1) <= 0) {
-			continue;
-		}
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			break;
+	if (!wait_until(pid, pidfd, now() + timeout, &status)) {
+		dump_stacks(pid);
+		kill(-pid, SIGKILL);
+		if (!wait_until(pid, pidfd, now() + 10, &status))
+			dprintf(output, "--- harness: pid %d survived SIGKILL for 10 s\n", pid);
+		status = -1;
 	}
 	if (pidfd >= 0)
 		close(pidfd);
