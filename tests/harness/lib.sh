@@ -543,8 +543,8 @@ ss_console_tail() { # WORK: the kernel's last words
 }
 
 # --- guest tests ------------------------------------------------------------
-# ss_build_tests SRCDIR OUTDIR: *.c compiled static (with libstablesend.a
-# when lib/ has been built), *.sh copied; writes OUTDIR/.list ("name
+# ss_build_tests SRCDIR OUTDIR: *.c compiled static (with lib/libstablesend.a,
+# brought up to date first), *.sh copied; writes OUTDIR/.list ("name
 # timeout" lines) and OUTDIR/.broken (tests that do not compile).  A test
 # sets its own timeout with a "test-timeout: N" comment in its first 30 lines.
 ss_build_tests() {
@@ -552,6 +552,9 @@ ss_build_tests() {
 	mkdir -p "$out"
 	: >"$out/.list"
 	: >"$out/.broken"
+	if [[ -e $SS_REPO/lib/Makefile ]]; then
+		make -s -C "$SS_REPO/lib" libstablesend.a >&2 || ss_say "lib/libstablesend.a does not build"
+	fi
 	[[ -e $SS_REPO/lib/libstablesend.a ]] && libs=("$SS_REPO/lib/libstablesend.a")
 	for f in "$src"/*.c "$src"/*.sh; do
 		[[ -e $f ]] || continue
