@@ -111,9 +111,9 @@ ss_need_pkgs() {
 ss_mirror() {
 	local want=$1 uri
 	for uri in $( { awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' \
-			/etc/apt/sources.list.d/*.sources
+			/etc/apt/sources.list.d/*.sources || true
 		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ "://") { print $i; break } }' \
-			/etc/apt/sources.list /etc/apt/sources.list.d/*.list
+			/etc/apt/sources.list /etc/apt/sources.list.d/*.list || true
 		} 2>/dev/null); do
 		[[ ${uri%/} == */"$want" ]] && { echo "${uri%/}"; return 0; }
 	done
@@ -201,10 +201,19 @@ ss_resolve() {
 }
 
 # Download linux-image-KVER (and, for split packages as in 7.x, its
-# linux-{base,binary,modules}-KVER) and extract it; reused while current.
+# linux-{base,binary,modules}-KVER) and extract it; reused while current,
+# the key's previous kernel is removed.
 ss_fetch() {
-	local key=$1 kver=$2 ver=$3 dir=$SS_CACHE/kernels/$2 opts pkgs p deb
-	[[ -e $dir/.version && $(<"$dir/.version") == "$ver" ]] && return 0
+	local key=$1 kver=$2 ver=$3 dir=$SS_CACHE/kernels/$2 opts pkgs p deb old
+	if [[ -e $dir/.version && $(<"$dir/.version") == "$ver" ]]; then
+		echo "$kver" >"$SS_CACHE/kernels/.$key"
+		return 0
+	fi
+	old=$(cat "$SS_CACHE/kernels/.$key" 2>/dev/null || true)
+	if [[ -n $old && $old != "$kver" ]]; then
+		rm -rf "${SS_CACHE:?}/kernels/$old"
+		find "$SS_CACHE/debs" -name "*-${old}_*.deb" -delete 2>/dev/null || true
+	fi
 	mapfile -t opts < <(ss_apt_opts "$key")
 	pkgs=("linux-image-$kver")
 	for p in $(apt-cache "${opts[@]}" show "linux-image-$kver=$ver" |
@@ -237,6 +246,7 @@ ss_fetch() {
 	echo "$ver" >"$dir.tmp/.version"
 	rm -rf "$dir"
 	mv "$dir.tmp" "$dir"
+	echo "$kver" >"$SS_CACHE/kernels/.$key"
 }
 
 # --- trixie build root (newest kernel) --------------------------------------
@@ -301,11 +311,16 @@ ss_headers() {
 	if [[ $key == newest ]]; then
 		ss_say "installing $pkg $ver in the trixie root"
 		ss_root_apt
-		ss_chroot apt-get install -y -q --no-install-recommends -t trixie-backports "$pkg=$ver" >&2 ||
-			ss_die "cannot install $pkg=$ver in the trixie root"
+		local install=(apt-get install -y -q --no-install-recommends -t trixie-backports "$pkg=$ver")
+		# The root's lists may be older than the private ones: refresh once.
+		ss_chroot "${install[@]}" >&2 || {
+			rm -f "$SS_ROOT/.apt-updated"
+			ss_root_apt
+			ss_chroot "${install[@]}" >&2
+		} || ss_die "cannot install $pkg=$ver in the trixie root"
 	else
 		ss_say "installing $pkg $ver"
-		apt-cache madison "$pkg" | grep -q "$ver.*bookworm-backports" && t=(-t bookworm-backports)
+		apt-cache madison "$pkg" | grep "$ver.*bookworm-backports" >/dev/null && t=(-t bookworm-backports)
 		apt-get install "${SS_APT_WAIT[@]}" -y -q --no-install-recommends "${t[@]}" "$pkg=$ver" >&2 ||
 			ss_die "cannot install $pkg=$ver"
 	fi
