@@ -20,8 +20,8 @@
  *   /etc/harness/tests    "<name> <timeout seconds>" per line, in order
  *   /etc/harness/cmd      shell command line (mode cmd), run in /host
  *   /etc/harness/timeout  its timeout in seconds (mode cmd)
- *   /lib/modules/stablesend.ko  loaded last when present; its failure is
- *          reported as the test "module-load"
+ *   /lib/modules/stablesend.ko  loaded last when present, as the test
+ *          "module-load"
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -169,34 +169,6 @@ static int load_module(const char *path)
 		ret = 0;
 	close(fd);
 	return ret;
-}
-
-/* The kernel's own modules (veth, tls and their dependencies), in order. */
-static void load_kernel_modules(void)
-{
-	FILE *f = fopen("/etc/harness/modules", "re");
-	char path[512];
-	int failed = 0;
-
-	while (f && fgets(path, sizeof(path), f)) {
-		path[strcspn(path, "\n")] = 0;
-		if (path[0] && load_module(path)) {
-			report("FAIL module-load insmod %s: %s", path,
-			       strerror(errno));
-			failed = 1;
-		}
-	}
-	if (f)
-		fclose(f);
-	if (failed)
-		return;
-	if (access("/lib/modules/stablesend.ko", F_OK))
-		return;
-	if (load_module("/lib/modules/stablesend.ko"))
-		report("FAIL module-load insmod stablesend.ko: %s",
-		       strerror(errno));
-	else
-		report("PASS module-load");
 }
 
 static double now(void)
@@ -384,6 +356,43 @@ static int kmsg_scan(int rd, char *hit, size_t len)
 	return found;
 }
 
+/*
+ * The kernel's own modules (veth, tls and their dependencies) in order,
+ * then ours: the test "module-load", failed by an insmod error or by a
+ * kernel log splat while it loads.
+ */
+static void load_modules(void)
+{
+	const char *ours = "/lib/modules/stablesend.ko";
+	FILE *f = fopen("/etc/harness/modules", "re");
+	char path[512], hit[300];
+	int rd, err = 0, splat;
+
+	while (f && fgets(path, sizeof(path), f)) {
+		path[strcspn(path, "\n")] = 0;
+		if (path[0] && load_module(path)) {
+			report("FAIL module-load insmod %s: %s", path,
+			       strerror(errno));
+			err = 1;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (err || access(ours, F_OK))
+		return;
+	report("RUN module-load 60");
+	rd = kmsg_mark("module-load");
+	err = load_module(ours) ? errno : 0;
+	splat = kmsg_scan(rd, hit, sizeof(hit));
+	if (err)
+		report("FAIL module-load insmod stablesend.ko: %s", strerror(err));
+	else if (splat)
+		report("FAIL module-load kernel log: %s", hit);
+	else
+		report("PASS module-load");
+}
+
 static void run_test(const char *name, int timeout)
 {
 	char path[300], hit[300];
@@ -468,7 +477,7 @@ int main(void)
 	report("BOOT");
 	if (strcmp(mode, "probe")) {
 		bring_up_lo();
-		load_kernel_modules();
+		load_modules();
 		if (!strcmp(mode, "cmd"))
 			run_command();
 		else
