@@ -36,7 +36,8 @@ static int ss_open(struct inode *inode, struct file *file)
 	init_waitqueue_head(&ctx->mem_wait);
 	for (order = 0; order <= SS_CHUNK_ORDER; order++)
 		INIT_LIST_HEAD(&ctx->pool[order]);
-	ctx->mem_limit = READ_ONCE(ss_default_limit);
+	ctx->mem_limit = min_t(unsigned long, READ_ONCE(ss_default_limit),
+			       INT_MAX);
 	/* Requests outlive the fd; the context keeps the module for them. */
 	__module_get(THIS_MODULE);
 	atomic64_inc(&ss_stats[SS_CONTEXTS]);
@@ -89,7 +90,9 @@ static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
 	if (s.flags || s.reserved0 || memchr_inv(s.reserved, 0, sizeof(s.reserved)))
 		return -EINVAL;
 	limit = s.mem_limit ?: READ_ONCE(ss_default_limit);
-	if (limit < PAGE_SIZE || limit > READ_ONCE(ss_max_limit))
+	/* A synchronous result (an int) must hold every byte of a request. */
+	if (limit < PAGE_SIZE ||
+	    limit > min_t(unsigned long, READ_ONCE(ss_max_limit), INT_MAX))
 		return -EINVAL;
 	if (s.eventfd != -1) {
 		evfd = eventfd_ctx_fdget(s.eventfd);

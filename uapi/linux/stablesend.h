@@ -33,10 +33,12 @@
  *	Synchronous submission of one request: returns once every byte is in
  *	the socket (the number of bytes sent: header + file bytes + trailer),
  *	or -1 with errno.  No SENT completion is queued for it; a RELEASED one
- *	is if STABLESEND_REQ_NOTIFY_RELEASE is set.  A signal interrupts the
- *	wait with EINTR only before any byte was queued; afterwards the
- *	request runs to completion in the background and its result is
- *	reported through a SENT completion instead.
+ *	is if STABLESEND_REQ_NOTIFY_RELEASE is set.  The fd's O_NONBLOCK
+ *	only affects waiting for memory, not for the socket.  A signal
+ *	before the socket took any byte cancels the request (EINTR, or a
+ *	restart under SA_RESTART); after that it stops the request where it
+ *	is and the call returns the bytes the socket took, like sendfile(2).
+ *	Memory limits above INT_MAX are refused so a result always fits.
  *
  * STABLESEND_IOC_CANCEL (__u64 user_data, write)
  *	Cancel every request of this open with that user_data that has not
@@ -57,7 +59,9 @@
  *		reading (write-only and O_PATH fds).
  *	EINVAL	the file is not a regular file; a reserved field or unknown flag
  *		is set; the request carries no byte at all; offset + len
- *		overflows or exceeds the largest file offset; entry_size is wrong.
+ *		overflows or exceeds the largest file offset; head_len or
+ *		tail_len exceeds STABLESEND_HDTR_MAX; entry_size is wrong.
+ *		SETUP: a mem_limit below one page or above max_limit.
  *	ENOTSOCK sock_fd is not a socket.
  *	EOPNOTSUPP the socket is not TCP (IPv4/IPv6, optionally with the kTLS
  *		ULP) or AF_UNIX stream.
