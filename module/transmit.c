@@ -22,14 +22,22 @@
 
 #include "ss.h"
 
+/*
+ * Lifetime: @ref counts the requests on the FIFO (and lookups in progress).
+ * Neither @work nor the wait queue entry holds a reference: whoever drops
+ * the last one unhashes the FIFO and defers freeing to @free_work, which
+ * first unhooks the wait queue entry and then waits for @work, so the send
+ * work may run on after its last request finished.
+ */
 struct ss_sock {
-	refcount_t ref;		/* queued requests, queued work */
+	refcount_t ref;
 	struct hlist_node hash;
 	struct socket *sock;
 	struct file *file;	/* keeps @sock alive */
 	spinlock_t lock;	/* @fifo and each request's state and abort */
 	struct list_head fifo;
 	struct work_struct work;
+	struct work_struct free_work;
 	struct wait_queue_entry wait;	/* on the socket's wait queue */
 	bool waiting;		/* out of space: a wakeup requeues @work */
 };
@@ -74,14 +82,26 @@ int ss_sock_check(struct socket *sock, bool *copies)
 	return 0;
 }
 
-/* Run the socket's work; safe from the wait queue callback (atomic). */
+/*
+ * Run the socket's send work; safe in atomic context.  The caller holds a
+ * request on the FIFO, or is the wait queue callback (the entry is
+ * unhooked before the FIFO is freed).
+ */
 void ss_kick(struct ss_sock *ss)
 {
-	if (!refcount_inc_not_zero(&ss->ref))
-		return;
-	/* Already queued: that queueing holds a reference, so ours is not the last. */
-	if (!queue_work(ss_wq, &ss->work))
-		refcount_dec(&ss->ref);
+	queue_work(ss_wq, &ss->work);
+}
+
+static void ss_sock_free(struct work_struct *work)
+{
+	struct ss_sock *ss = container_of(work, struct ss_sock, free_work);
+
+	/* After this no wakeup can be running or start... */
+	remove_wait_queue(&ss->sock->wq.wait, &ss->wait);
+	/* ...so nothing can queue the send work again. */
+	cancel_work_sync(&ss->work);
+	fput(ss->file);
+	kfree(ss);
 }
 
 void ss_sock_put(struct ss_sock *ss)
@@ -92,10 +112,7 @@ void ss_sock_put(struct ss_sock *ss)
 	spin_lock(&ss_socks_lock);
 	hash_del(&ss->hash);
 	spin_unlock(&ss_socks_lock);
-	/* After this no wakeup can be running or start. */
-	remove_wait_queue(&ss->sock->wq.wait, &ss->wait);
-	fput(ss->file);
-	kfree(ss);
+	queue_work(ss_wq, &ss->free_work);
 }
 
 static int ss_wake(struct wait_queue_entry *wait, unsigned int mode, int sync,
@@ -194,7 +211,6 @@ static void ss_sock_work(struct work_struct *work)
 		spin_unlock(&ss->lock);
 		ss_req_finish(req, ret ?: (s64)req->sent);
 	}
-	ss_sock_put(ss);
 }
 
 static struct ss_sock *ss_sock_find(struct socket *sock)
@@ -229,6 +245,7 @@ static struct ss_sock *ss_sock_get(struct socket *sock)
 	spin_lock_init(&ss->lock);
 	INIT_LIST_HEAD(&ss->fifo);
 	INIT_WORK(&ss->work, ss_sock_work);
+	INIT_WORK(&ss->free_work, ss_sock_free);
 	init_waitqueue_func_entry(&ss->wait, ss_wake);
 	add_wait_queue(&sock->wq.wait, &ss->wait);
 
