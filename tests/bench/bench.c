@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -212,8 +213,17 @@ static void send_exact(int fd, const void *buf, size_t n, int flags)
 
 static long clk_tck;
 
-/* System-wide busy CPU time from /proc/stat, in ns (tick resolution). */
-static double sys_busy_ns(void)
+/*
+ * System-wide busy CPU time in ns: CPUs x elapsed time minus the idle and
+ * iowait deltas of /proc/stat.  With NOHZ (every Debian kernel) the idle
+ * figures come from the exact idle accounting in the clock's time base,
+ * the same base as the receiver's schedstat; the busy fields (user, system,
+ * ...) are sampled at each tick, which under an emulator that loses ticks
+ * would not match.  Busy time includes every kernel worker and interrupt.
+ */
+static long ncpus;
+
+static double sys_busy_ns(double t)
 {
 	u64 v[10] = { 0 };
 	char line[512];
@@ -222,11 +232,9 @@ static double sys_busy_ns(void)
 	if (!f || !fgets(line, sizeof(line), f))
 		die("/proc/stat");
 	fclose(f);
-	sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
-	       &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
-	/* user nice system [idle iowait] irq softirq steal; guest is in user */
-	return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 1e9 /
-	       clk_tck;
+	sscanf(line, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+	       &v[3], &v[4]);
+	return t * 1e9 * ncpus - (double)(v[3] + v[4]) * 1e9 / clk_tck;
 }
 
 /* A process's own CPU time in ns: schedstat when present, else stat. */
@@ -1084,6 +1092,114 @@ static void m_ss_async(struct cell *cl)
 	ss_peak(cl, fd);
 }
 
+/*
+ * --diag: where does a stablesend request spend its time?  One request per
+ * call, timestamps around each call, and a thread that blocks in read() to
+ * timestamp SENT and RELEASED records as they are posted.
+ */
+struct diag_rec {
+	double t0, t1, sent, rel;
+};
+
+struct diag_arg {
+	int fd;
+	u64 expect;
+	struct diag_rec *r;
+};
+
+static void *diag_reaper(void *p)
+{
+	struct diag_arg *a = p;
+	u64 got = 0;
+
+	while (got < a->expect) {
+		struct stablesend_cqe cqe[64];
+		ssize_t n = read(a->fd, cqe, sizeof(cqe));
+		double t = now_s();
+		int i;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("diag read");
+		for (i = 0; i < n / (ssize_t)sizeof(cqe[0]); i++, got++) {
+			if (cqe[i].flags & STABLESEND_CQE_RELEASED)
+				a->r[cqe[i].user_data].rel = t;
+			else
+				a->r[cqe[i].user_data].sent = t;
+		}
+	}
+	return NULL;
+}
+
+static void diag(struct conn *c, int si, int sync)
+{
+	u64 size = sizes[si], budget = size < 64 * KiB ? opt.budget_small : opt.budget;
+	u64 nreq = budget / size < 4 ? 4 : budget / size, i, off = 0;
+	struct diag_rec *r = calloc(nreq, sizeof(*r));
+	struct diag_arg a = { .fd = ss_open_ctx(), .r = r };
+	double t0, t1, in_call = 0, min_call = 1e9, lag = 0, qt = 0, maxlag = 0;
+	struct stablesend_counters cnt;
+	pthread_t th;
+
+	a.expect = nreq * (sync ? 1 : 2);
+	if (pthread_create(&th, NULL, diag_reaper, &a))
+		die("pthread_create");
+	conn_expect(c, nreq * size);
+	t0 = now_s();
+	for (i = 0; i < nreq; i++) {
+		struct stablesend_req q = {
+			.file_fd = file_fd, .sock_fd = c->sock, .offset = off,
+			.len = size, .user_data = i,
+			.flags = STABLESEND_REQ_NOTIFY_RELEASE,
+		};
+		struct stablesend_submit sub = {
+			.reqs = (uintptr_t)&q, .nr = 1, .entry_size = sizeof(q),
+		};
+		long ret;
+
+		off = off + 2 * size > opt.file_size ? 0 : off + size;
+		r[i].t0 = now_s();
+		do
+			ret = sync ? ioctl(a.fd, STABLESEND_IOC_SEND, &q)
+				   : ioctl(a.fd, STABLESEND_IOC_SUBMIT, &sub);
+		while (ret < 0 && errno == EINTR);
+		r[i].t1 = now_s();
+		if (ret != (sync ? (long)size : 1))
+			die("diag: request returned %ld", ret);
+	}
+	conn_wait(c);
+	t1 = now_s();
+	pthread_join(th, NULL);
+	if (ioctl(a.fd, STABLESEND_IOC_COUNTERS, &cnt))
+		die("COUNTERS");
+	for (i = 0; i < nreq; i++) {
+		double call = r[i].t1 - r[i].t0;
+		double from = sync ? r[i].t1 : r[i].sent;
+
+		in_call += call;
+		if (call < min_call)
+			min_call = call;
+		if (!sync)
+			qt += r[i].sent - r[i].t1;
+		lag += r[i].rel - from;
+		if (r[i].rel - from > maxlag)
+			maxlag = r[i].rel - from;
+	}
+	fprintf(stderr, "  diag %-8s %-6s %-5s: %7.1f MB/s; in the %s call %4.0f%% of the time (mean %.2f ms, fastest %.2f ms = %.0f MB/s); ",
+		tname[c->tr], szname[si], sync ? "sync" : "async",
+		nreq * size / (t1 - t0) / 1e6, sync ? "SEND" : "SUBMIT",
+		100 * in_call / (t1 - t0), 1e3 * in_call / nreq, 1e3 * min_call,
+		size / min_call / 1e6);
+	if (!sync)
+		fprintf(stderr, "queued->SENT %.2f ms; ", 1e3 * qt / nreq);
+	fprintf(stderr, "%s->RELEASED mean %.2f ms, max %.2f ms; peak %llu KiB\n",
+		sync ? "return" : "SENT", 1e3 * lag / nreq, 1e3 * maxlag,
+		cnt.mem_peak / 1024);
+	close(a.fd);
+	free(r);
+}
+
 typedef void (*method_fn)(struct cell *);
 static const method_fn mfn[NMETH] = {
 	m_pread, m_sendfile, m_splice, m_zc,
@@ -1123,6 +1239,7 @@ static const char *method_na(int m, int tr)
 }
 
 static char kernel[128];
+static int diag_mode;
 
 /* Run one cell: bytes to the receiver, timed from first send to the ack. */
 static void run_cell(struct conn *c, int m, int si, int run, int warm)
@@ -1144,13 +1261,13 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 		die("SO_ZEROCOPY refused on %s", tname[c->tr]);
 
 	conn_expect(c, cl.nreq * cl.size);
-	s0 = sys_busy_ns();
 	r0 = proc_cpu_ns(c->pid);
 	t0 = now_s();
+	s0 = sys_busy_ns(t0);
 	mfn[m](&cl);
 	conn_wait(c);
 	t1 = now_s();
-	s1 = sys_busy_ns();
+	s1 = sys_busy_ns(t1);
 	r1 = proc_cpu_ns(c->pid);
 	offs[m][si] = cl.next_off;
 	if (warm)
@@ -1225,7 +1342,7 @@ static void usage(void)
 	fprintf(stderr,
 "usage: bench [--quick] [--runs N] [--budget BYTES] [--budget-small BYTES]\n"
 "             [--transports tcp-lo,tcp-veth,unix] [--methods LIST] [--sizes 4KiB,...]\n"
-"             [--file-size BYTES] [--limit BYTES]\n"
+"             [--file-size BYTES] [--limit BYTES] [--diag RUNS]\n"
 "       bench --report FILE.csv... [--plot DIR]\n");
 	exit(2);
 }
@@ -1270,6 +1387,8 @@ int main(int argc, char **argv)
 			opt.budget_small = parse_size(v);
 		else if (!strcmp(a, "--file-size"))
 			opt.file_size = parse_size(v);
+		else if (!strcmp(a, "--diag"))
+			diag_mode = atoi(v);
 		else if (!strcmp(a, "--limit"))
 			opt.limit = parse_size(v);
 		else if (!strcmp(a, "--transports")) {
@@ -1289,6 +1408,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	clk_tck = sysconf(_SC_CLK_TCK);
+	ncpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uname(&u);
 	snprintf(kernel, sizeof(kernel), "%s", u.release);
 
@@ -1345,7 +1465,22 @@ int main(int argc, char **argv)
 	if (have_ss)
 		printf("@csv %s,-,0,mem_limit,1,,,,%llu\n", kernel, ss_limit);
 
-	for (tr = 0; tr < NTRANS; tr++) {
+	for (tr = 0; diag_mode && have_ss && tr < NTRANS; tr++) {
+		struct conn c;
+
+		if (!opt.trans[tr])
+			continue;
+		conn_open(&c, tr);
+		run_cell(&c, M_SENDFILE, 2, 0, 1);
+		for (run = 1; run <= diag_mode; run++)
+			for (si = 0; si < NSIZES; si++)
+				if (opt.size[si]) {
+					diag(&c, si, 0);
+					diag(&c, si, 1);
+				}
+		conn_close(&c);
+	}
+	for (tr = 0; !diag_mode && tr < NTRANS; tr++) {
 		struct conn c;
 		int warmed[NMETH][NSIZES] = { { 0 } };
 
