@@ -355,7 +355,7 @@ static void plot(const char *dir, const char *k, int idx)
 {
 	char path[1024];
 	FILE *f;
-	int ti, si, m, nt = 0, col;
+	int ti, si, m, nt = 0, col, first;
 
 	snprintf(path, sizeof(path), "%s/plot-%s.dat", dir, k);
 	f = fopen(path, "w");
@@ -405,14 +405,23 @@ static void plot(const char *dir, const char *k, int idx)
 			if (!has_transport(k, trans[ti]))
 				continue;
 			fprintf(f, "set title '%s: %s'\n", trans[ti],
-				col ? "sender CPU ns per byte" : "throughput MB/s");
+				col ? "sender CPU ns per byte (log)" : "throughput MB/s");
 			fprintf(f, "set ylabel '%s'\n", col ? "ns/B" : "MB/s");
-			fprintf(f, "set yrange [0:*]\n");
+			fprintf(f, col ? "set logscale y\nset yrange [*:*]\n"
+				       : "unset logscale y\nset yrange [0:*]\n");
 			fprintf(f, "plot ");
-			for (m = 0; m < NM; m++)
-				fprintf(f, "%s'%s/plot-%s.dat' index %d using 1:%d with linespoints lw 2 title '%s'",
-					m ? ", " : "", dir, k, b, 2 + m + col * NM,
+			for (m = 0, first = 1; m < NM; m++) {
+				int any = 0;
+
+				for (si = 0; si < NS; si++)
+					any |= !isnan(med(k, trans[ti], si, m, THR));
+				if (!any)	/* n/a on this transport */
+					continue;
+				fprintf(f, "%s'%s/plot-%s.dat' index %d using 1:%d with linespoints lt %d lw 2 title '%s'",
+					first ? "" : ", ", dir, k, b, 2 + m + col * NM, m + 1,
 					meth[m]);
+				first = 0;
+			}
 			fprintf(f, "\n");
 			b++;
 		}
