@@ -391,7 +391,7 @@ static void plot(const char *dir, const char *k, int idx)
 	f = fopen(path, "w");
 	if (!f)
 		return;
-	fprintf(f, "set terminal pngcairo size %d,1000 font ',9' noenhanced\n", nt > 1 ? 560 * nt : 760);
+	fprintf(f, "set terminal png size %d,1000 font ',9' noenhanced\n", nt > 1 ? 560 * nt : 760);
 	fprintf(f, "set output '%s/bench-%s.png'\n", dir, k);
 	fprintf(f, "set datafile missing '?'\nset logscale x 2\nset grid\n");
 	fprintf(f, "set xtics ('4K' 4096, '64K' 65536, '1M' 1048576, '8M' 8388608)\n");
@@ -505,6 +505,35 @@ int report(int argc, char **argv)
 	}
 	if (summary)
 		write_summary(summary, kernels, nk);
+	printf("\n===== key ratios: stablesend-async / peer (throughput; CPU: sender ns/B), medians\n");
+	printf("%-21s %-9s %-23s %-23s %-23s %-23s\n", "kernel", "transport",
+	       "x pread+send 4K/64K/1M/8M", "x sendfile", "x io_uring-zc",
+	       "CPU x pread+send");
+	for (i = 0; i < nk; i++)
+		for (ti = 0; ti < NT; ti++) {
+			const char *k = kernels[i], *t = trans[ti];
+			int si, w, peer;
+
+			if (!has_transport(k, t))
+				continue;
+			printf("%-21s %-9s", k, t);
+			for (w = 0; w < 4; w++) {
+				char buf[64] = "";
+				size_t o = 0;
+
+				peer = w == 0 || w == 3 ? PREAD : w == 1 ? SENDFILE : URING;
+				for (si = 0; si < NS; si++) {
+					int what = w == 3 ? SND : THR;
+					double r = med(k, t, si, SS_ASYNC, what) /
+						   med(k, t, si, peer, what);
+
+					o += snprintf(buf + o, sizeof(buf) - o, isnan(r) ? "%s-" : "%s%.2f",
+						      si ? "/" : "", r);
+				}
+				printf(" %-23s", buf);
+			}
+			printf("\n");
+		}
 	printf("\n===== targets (issue 4; ratios of medians within one run)\n");
 	for (i = 0; i < nk; i++)
 		targets(kernels[i]);
