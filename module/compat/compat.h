@@ -33,7 +33,7 @@ struct msghdr;
  * Before 6.5 TCP, AF_UNIX and kTLS take pages by reference only through
  * ->sendpage; compat/sendpage.c feeds a bvec iterator to it page by page.
  */
-#ifndef MSG_SPLICE_PAGES
+#ifndef HAVE_MSG_SPLICE_PAGES
 #define MSG_SPLICE_PAGES	0
 #endif
 int stablesend_sendmsg(struct socket *sock, struct msghdr *msg);
