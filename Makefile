@@ -19,7 +19,7 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps
+	style sparse clean help deps bench
 
 all: module lib
 
@@ -30,6 +30,7 @@ help:
 	@echo "make install       library, headers, tool, man pages (PREFIX, DESTDIR)"
 	@echo "make dkms-install  register, build and install the module with DKMS"
 	@echo "make style|sparse  checkpatch --strict / sparse over module/ and uapi/"
+	@echo "make bench         every way to send a file, side by side, on the three kernels (BENCH_ARGS='--quick -k 6.12')"
 	@echo "tests/vm --help    run anything in a guest"
 
 module:
@@ -49,6 +50,10 @@ check:
 demo:
 	@tests/harness/deps host
 	@tests/demo
+
+bench:
+	@tests/harness/deps host
+	@tests/bench/run $(BENCH_ARGS)
 
 install: lib
 	$(MAKE) -C lib install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
