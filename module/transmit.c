@@ -74,11 +74,12 @@ int ss_sock_check(struct socket *sock, bool *copies)
 	default:
 		return -EOPNOTSUPP;
 	}
+	/* Shut down for writing moves TCP to FIN_WAIT: that is EPIPE, as send(2) says. */
+	if (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN)
+		return -EPIPE;
 	state = READ_ONCE(sk->sk_state);
 	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
 		return -ENOTCONN;
-	if (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN)
-		return -EPIPE;
 	return 0;
 }
 
@@ -194,14 +195,18 @@ static void ss_sock_work(struct work_struct *work)
 		ret = ss_send(ss, req);
 		if (ret == -EAGAIN) {
 			/*
-			 * Go on if space appeared meanwhile, but only once in a
-			 * row: a protocol that keeps refusing while poll says
-			 * writable must not make us spin.
+			 * Space appeared meanwhile: go on, but only once in a row
+			 * here; after that requeue ourselves, so a protocol that
+			 * keeps refusing while poll says writable cannot pin
+			 * this worker.
 			 */
-			if (!retried && ss_wait_space(ss)) {
+			if (!ss_wait_space(ss))
+				break;
+			if (!retried) {
 				retried = true;
 				continue;
 			}
+			ss_kick(ss);
 			break;
 		}
 		retried = false;
