@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Every supported socket kind gets the payload intact: TCP over IPv4
+ * loopback, TCP over IPv6 loopback (::1), AF_UNIX stream (socketpair), TCP
+ * with software kTLS (TLS 1.2 AES-GCM-128 on both ends, the receiver reads
+ * plaintext), and TCP over a veth pair into another network namespace (the
+ * container case).  For each: synchronous SEND and asynchronous SUBMIT,
+ * sizes from 1 byte to 3 MiB at odd offsets, with and without header and
+ * trailer (up to STABLESEND_HDTR_MAX each), header and trailer alone; the
+ * receiver compares every byte, and after the last case sees EOF and
+ * nothing else.  kTLS completions carry STABLESEND_CQE_COPIED (and count in
+ * COUNTERS.copied); the by-reference paths (loopback, AF_UNIX, veth) do not.
+ *
+ * test-timeout: 600
+ */
+#include "common.h"
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+#include <linux/tls.h>
+#include <linux/veth.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <signal.h>
+
+#ifndef SOL_TLS
+#define SOL_TLS 282
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+#define FILE_SIZE	(4 << 20)
+
+static unsigned char pat(uint64_t pos, unsigned int seed)
+{
+	return (unsigned char)(pos * 131 + (pos >> 12) * 7 + seed * 29 + 1);
+}
+
+/* --- veth between two network namespaces, by rtnetlink --------------------- */
+
+static struct rtattr *nl_add(struct nlmsghdr *n, int type, const void *data,
+			     int len)
+{
+	struct rtattr *rta = (struct rtattr *)((char *)n + NLMSG_ALIGN(n->nlmsg_len));
+
+	rta->rta_type = type;
+	rta->rta_len = RTA_LENGTH(len);
+	if (len)
+		memcpy(RTA_DATA(rta), data, len);
+	n->nlmsg_len = NLMSG_ALIGN(n->nlmsg_len) + RTA_ALIGN(rta->rta_len);
+	return rta;
+}
+
+static void nl_end(struct nlmsghdr *n, struct rtattr *nest)
+{
+	nest->rta_len = (char *)n + n->nlmsg_len - (char *)nest;
+}
+
+/* ip link add @a type veth peer name @b netns @peer_ns */
+static int veth_create(const char *a, const char *b, int peer_ns)
+{
+	static char msg[1024] __attribute__((aligned(4)));
+	struct nlmsghdr *n = (struct nlmsghdr *)msg;
+	struct ifinfomsg *ifi = NLMSG_DATA(n);
+	struct {
+		struct nlmsghdr n;
+		struct nlmsgerr e;
+		char buf[512];
+	} ack;
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	struct rtattr *linkinfo, *data, *peer;
+	int fd, ret = -1;
+	__u32 nsfd = peer_ns;
+
+	memset(msg, 0, sizeof(msg));
+	n->nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
+	n->nlmsg_type = RTM_NEWLINK;
+	n->nlmsg_flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK;
+	n->nlmsg_seq = 1;
+	ifi->ifi_family = AF_UNSPEC;
+	nl_add(n, IFLA_IFNAME, a, strlen(a) + 1);
+	linkinfo = nl_add(n, IFLA_LINKINFO, NULL, 0);
+	nl_add(n, IFLA_INFO_KIND, "veth", 5);
+	data = nl_add(n, IFLA_INFO_DATA, NULL, 0);
+	peer = nl_add(n, VETH_INFO_PEER, NULL, 0);
+	n->nlmsg_len += sizeof(struct ifinfomsg);	/* the peer's, zeroed */
+	nl_add(n, IFLA_IFNAME, b, strlen(b) + 1);
+	nl_add(n, IFLA_NET_NS_FD, &nsfd, sizeof(nsfd));
+	nl_end(n, peer);
+	nl_end(n, data);
+	nl_end(n, linkinfo);
+
+	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (fd < 0)
+		return -1;
+	if (sendto(fd, msg, n->nlmsg_len, 0, (struct sockaddr *)&kernel,
+		   sizeof(kernel)) == (ssize_t)n->nlmsg_len &&
+	    recv(fd, &ack, sizeof(ack), 0) >= (ssize_t)NLMSG_LENGTH(sizeof(struct nlmsgerr)) &&
+	    ack.n.nlmsg_type == NLMSG_ERROR) {
+		ret = ack.e.error;
+		if (ret)
+			errno = -ret;
+	}
+	close(fd);
+	return ret;
+}
+
+/* ip addr add @addr/24 dev @name (unless NULL); ip link set @name up */
+static int if_up(const char *name, const char *addr)
+{
+	struct ifreq ifr;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), ret = -1;
+
+	if (fd < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+	if (addr) {
+		sin->sin_family = AF_INET;
+		inet_pton(AF_INET, addr, &sin->sin_addr);
+		if (ioctl(fd, SIOCSIFADDR, &ifr))
+			goto out;
+		inet_pton(AF_INET, "255.255.255.0", &sin->sin_addr);
+		if (ioctl(fd, SIOCSIFNETMASK, &ifr))
+			goto out;
+	}
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr))
+		goto out;
+	ifr.ifr_flags |= IFF_UP;
+	ret = ioctl(fd, SIOCSIFFLAGS, &ifr);
+out:
+	close(fd);
+	return ret;
+}
+
+/*
+ * A TCP connection from this namespace (*@client) to a listener in a new
+ * network namespace (*@server), over a veth pair: 10.199.0.1 here,
+ * 10.199.0.2 there.
+ */
+static void veth_pair(int *client, int *server)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(5001) };
+	char a[IFNAMSIZ], b[IFNAMSIZ];
+	int orig, ns, l, i;
+
+	snprintf(a, sizeof(a), "ssv%d", getpid() % 100000);
+	snprintf(b, sizeof(b), "ssp%d", getpid() % 100000);
+	orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	REQUIRE(orig >= 0, "open /proc/self/ns/net");
+	REQUIRE(unshare(CLONE_NEWNET) == 0, "unshare(CLONE_NEWNET)");
+	ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	REQUIRE(ns >= 0, "open the new netns");
+	REQUIRE(if_up("lo", NULL) == 0, "lo up in the new netns");
+	REQUIRE(setns(orig, CLONE_NEWNET) == 0, "setns back");
+
+	REQUIRE(veth_create(a, b, ns) == 0, "RTM_NEWLINK veth %s/%s", a, b);
+	REQUIRE(if_up(a, "10.199.0.1") == 0, "configure %s", a);
+	REQUIRE(setns(ns, CLONE_NEWNET) == 0, "setns into the new netns");
+	REQUIRE(if_up(b, "10.199.0.2") == 0, "configure %s", b);
+	/* Sockets stay in the namespace they were created in. */
+	l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	REQUIRE(l >= 0, "socket");
+	inet_pton(AF_INET, "10.199.0.2", &sin.sin_addr);
+	REQUIRE(bind(l, (struct sockaddr *)&sin, sizeof(sin)) == 0 && listen(l, 1) == 0,
+		"listen on 10.199.0.2");
+	REQUIRE(setns(orig, CLONE_NEWNET) == 0, "setns back");
+	close(orig);
+	close(ns);
+
+	*client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	REQUIRE(*client >= 0, "socket");
+	for (i = 0; connect(*client, (struct sockaddr *)&sin, sizeof(sin)); i++) {
+		REQUIRE(i < 50, "connect to 10.199.0.2 over veth");
+		usleep(100000);
+	}
+	*server = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	REQUIRE(*server >= 0, "accept");
+	close(l);
+	printf("veth: %s (here, 10.199.0.1) <-> %s (other netns, 10.199.0.2)\n", a, b);
+}
+
+/* --- kTLS ------------------------------------------------------------------ */
+
+static int ktls(int fd, int dir)
+{
+	struct tls12_crypto_info_aes_gcm_128 ci;
+
+	memset(&ci, 0, sizeof(ci));
+	ci.info.version = TLS_1_2_VERSION;
+	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
+	memset(ci.key, 0x5a, sizeof(ci.key));
+	memset(ci.iv, 0x21, sizeof(ci.iv));
+	memset(ci.salt, 0x7e, sizeof(ci.salt));
+	/* rec_seq 0 on both ends */
+	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
+		return -1;
+	return setsockopt(fd, SOL_TLS, dir, &ci, sizeof(ci));
+}
+
+/* --- SEND with a watchdog ---------------------------------------------------- */
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * Block SIGALRM in this thread and every thread it creates from now on;
+ * send_wd() takes it in the calling thread only.
+ */
+static void alarm_setup(void)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
+	sigset_t set;
+
+	sigaction(SIGALRM, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+/*
+ * STABLESEND_IOC_SEND that cannot hang the test: after @secs a signal ends
+ * the wait (a started request then returns what was sent).  *@stalled
+ * tells whether that happened.
+ */
+static long send_wd(int dev, struct stablesend_req *r, unsigned int secs,
+		    int *stalled)
+{
+	struct timespec zero = { 0 };
+	sigset_t set;
+	double t0 = now_s();
+	long ret;
+	int err;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGALRM);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	alarm(secs);
+	ret = ss_send(dev, r);
+	err = errno;
+	alarm(0);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	sigtimedwait(&set, NULL, &zero);	/* a late one, pending */
+	*stalled = now_s() - t0 >= secs - 0.5;
+	errno = err;
+	return ret;
+}
+
+/* --- transfers ------------------------------------------------------------- */
+
+struct rx {
+	int fd;
+	unsigned char *buf;
+	size_t want, got;
+	int err;
+};
+
+static void *rx_fn(void *p)
+{
+	struct rx *rx = p;
+
+	while (rx->got < rx->want) {
+		ssize_t r = read(rx->fd, rx->buf + rx->got, rx->want - rx->got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rx->err = r ? errno : 0;
+			break;
+		}
+		rx->got += r;
+	}
+	return NULL;
+}
+
+enum transport { T_TCP4, T_TCP6, T_UNIX, T_KTLS, T_VETH, T_NR };
+static const char *const tname[T_NR] = { "tcp4", "tcp6", "unix", "ktls", "veth" };
+
+static const struct tcase {
+	size_t len, off, head, tail;
+} cases[] = {
+	{ 1, 0, 0, 0 },
+	{ 1, 4097, 100, 100 },
+	{ 100000, 4093, 37, 1000 },
+	{ 100000, 0, 0, 0 },
+	{ 3 << 20, 1, 512, 4096 },
+	{ 3 << 20, 65536, 0, 0 },
+	{ 4097, 8191, STABLESEND_HDTR_MAX, STABLESEND_HDTR_MAX },
+	{ 0, 0, 20, 30 },		/* header and trailer alone */
+};
+
+/*
+ * One transfer: 0 when every check passed, 1 when one failed, 2 when an
+ * asynchronous request is still owed its completion (stuck).
+ */
+static int transfer(int dev, int file, int snd, int rcv, enum transport t,
+		    const struct tcase *tc, int async, unsigned int ci)
+{
+	size_t total = tc->head + tc->len + tc->tail, i;
+	unsigned char *head = malloc(tc->head + 1), *tail = malloc(tc->tail + 1);
+	unsigned char *want = malloc(total);
+	int copies = t == T_KTLS, f0 = failures, owed = 0;
+	struct stablesend_counters c0, c1;
+	struct stablesend_req r;
+	struct rx rx = { .fd = rcv };
+	pthread_t th;
+	long ret;
+
+	REQUIRE(head && tail && want, "malloc");
+	rx.want = total;
+	rx.buf = malloc(total);
+	REQUIRE(rx.buf, "malloc");
+	for (i = 0; i < tc->head; i++)
+		head[i] = pat(i, 100 + ci);
+	for (i = 0; i < tc->tail; i++)
+		tail[i] = pat(i, 200 + ci);
+	memcpy(want, head, tc->head);
+	for (i = 0; i < tc->len; i++)
+		want[tc->head + i] = pat(tc->off + i, 0);
+	memcpy(want + tc->head + tc->len, tail, tc->tail);
+
+	r = ss_req(file, snd, tc->off, tc->len, 1000 + ci);
+	if (tc->head) {
+		r.head = (uintptr_t)head;
+		r.head_len = tc->head;
+	}
+	if (tc->tail) {
+		r.tail = (uintptr_t)tail;
+		r.tail_len = tc->tail;
+	}
+	ss_counters(dev, &c0);
+	REQUIRE(pthread_create(&th, NULL, rx_fn, &rx) == 0, "pthread_create");
+	if (async) {
+		struct stablesend_cqe cqe;
+
+		ret = ss_submit(dev, &r, 1);
+		CHECK(ret == 1, "%s: SUBMIT returned %ld", tname[t], ret);
+		if (ret == 1 && ss_reap(dev, &cqe, 1, 60000) != 1) {
+			CHECK(0, "%s: no completion in 60 s", tname[t]);
+			owed = 1;
+		} else if (ret == 1) {
+			CHECK(cqe.user_data == 1000 + ci && cqe.res == (long long)total &&
+			      (cqe.flags & STABLESEND_CQE_SENT),
+			      "%s: cqe user_data %llu res %lld flags %#x, expected res %zu",
+			      tname[t], (unsigned long long)cqe.user_data,
+			      (long long)cqe.res, cqe.flags, total);
+			CHECK(!!(cqe.flags & STABLESEND_CQE_COPIED) == copies,
+			      "%s: cqe flags %#x: COPIED %s expected", tname[t], cqe.flags,
+			      copies ? "" : "not");
+		}
+	} else {
+		int stalled;
+
+		ret = send_wd(dev, &r, 60, &stalled);
+		CHECK(!stalled, "%s: SEND made no progress for 60 s (returned %ld after the watchdog signal)",
+		      tname[t], ret);
+		CHECK(ret == (long)total, "%s: SEND returned %ld, expected %zu",
+		      tname[t], ret, total);
+	}
+	pthread_join(th, NULL);
+	ss_counters(dev, &c1);
+	CHECK(c1.copied - c0.copied == (uint64_t)copies,
+	      "%s: COUNTERS.copied went %llu -> %llu", tname[t],
+	      (unsigned long long)c0.copied, (unsigned long long)c1.copied);
+	CHECK(rx.got == total, "%s: received %zu of %zu bytes (%s)", tname[t],
+	      rx.got, total, rx.err ? strerror(rx.err) : "EOF");
+	for (i = 0; i < rx.got; i++)
+		if (rx.buf[i] != want[i])
+			break;
+	CHECK(i == rx.got, "%s: received byte %zu is %#x, expected %#x", tname[t], i,
+	      i < rx.got ? rx.buf[i] : 0, i < rx.got ? want[i] : 0);
+	printf("%-4s %-4s %-6s len %7zu off %5zu head %5zu tail %5zu: %zu bytes %s\n",
+	       failures == f0 ? "ok" : "FAIL", tname[t], async ? "SUBMIT" : "SEND",
+	       tc->len, tc->off, tc->head, tc->tail, rx.got,
+	       failures == f0 ? "intact" : "WRONG");
+	free(head);
+	free(tail);
+	free(want);
+	free(rx.buf);
+	return owed ? 2 : failures != f0;
+}
+
+static void run_transport(int dev, int file, enum transport t)
+{
+	struct timeval tv = { .tv_sec = 60 };
+	unsigned int ci, async, n = 0;
+	int snd, rcv, ret = 0;
+	char b;
+
+	switch (t) {
+	case T_TCP4:
+		tcp_pair(AF_INET, &snd, &rcv);
+		break;
+	case T_TCP6:
+		tcp_pair(AF_INET6, &snd, &rcv);
+		break;
+	case T_UNIX:
+		unix_pair(&snd, &rcv);
+		break;
+	case T_KTLS:
+		tcp_pair(AF_INET, &snd, &rcv);
+		if (ktls(snd, TLS_TX)) {
+			/*
+			 * ENOENT: tls.ko or gcm(aes) is missing.  The guest has no
+			 * modprobe, so tls, gcm, ghash-generic (before 7.x) and
+			 * ctr must be in the harness's module list.
+			 */
+			REQUIRE(errno == ENOENT, "kTLS TX on the sender");
+			printf("SKIP ktls: TCP_ULP/TLS_TX: ENOENT: tls or gcm(aes) is not available in "
+			       "this guest (STABLESEND_GUEST_MODULES needs gcm ghash-generic ctr)\n");
+			close(snd);
+			close(rcv);
+			return;
+		}
+		REQUIRE(ktls(rcv, TLS_RX) == 0, "kTLS RX on the receiver");
+		break;
+	case T_VETH:
+		veth_pair(&snd, &rcv);
+		break;
+	default:
+		return;
+	}
+	setsockopt(rcv, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		for (async = 0; async < 2; async++) {
+			ret = transfer(dev, file, snd, rcv, t, &cases[ci], async, n++);
+			if (ret)
+				goto out;	/* the stream is out of step now */
+		}
+	}
+	/* Nothing else on the wire: EOF right after the last case. */
+	close(snd);
+	snd = -1;
+	CHECK(read(rcv, &b, 1) == 0, "%s: bytes after the last case", tname[t]);
+out:
+	if (snd >= 0)
+		close(snd);
+	close(rcv);
+	if (ret == 2) {
+		/* A stuck request completes once its socket is gone; collect it. */
+		struct stablesend_cqe cqe;
+
+		if (ss_reap(dev, &cqe, 1, 10000) == 1)
+			printf("     %s: the stuck request completed after close: user_data %llu res %lld\n",
+			       tname[t], (unsigned long long)cqe.user_data, (long long)cqe.res);
+	}
+}
+
+int main(void)
+{
+	enum transport t;
+	int dev, file;
+	size_t i;
+	unsigned char *b;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	alarm_setup();
+	if (access(STABLESEND_DEVICE, F_OK))
+		return SKIP;
+	signal(SIGPIPE, SIG_IGN);
+	dev = ss_dev();
+	REQUIRE(ss_setup(dev, -1, 64 << 20) == 0, "SETUP");
+	b = malloc(FILE_SIZE);
+	REQUIRE(b, "malloc");
+	for (i = 0; i < FILE_SIZE; i++)
+		b[i] = pat(i, 0);
+	file = temp_file(0, 0);
+	write_full(file, b, FILE_SIZE, 0);
+	free(b);
+
+	for (t = 0; t < T_NR; t++)
+		run_transport(dev, file, t);
+
+	CHECK(ss_drained(10), "pages still in flight");
+	{
+		struct stablesend_counters c;
+
+		ss_counters(dev, &c);
+		CHECK(c.mem_in_use == 0 && c.cqes_pending == 0 && c.failed == 0,
+		      "at the end: mem_in_use %llu cqes_pending %llu failed %llu",
+		      (unsigned long long)c.mem_in_use,
+		      (unsigned long long)c.cqes_pending, (unsigned long long)c.failed);
+	}
+	close(dev);
+	close(file);
+	return test_result();
+}
