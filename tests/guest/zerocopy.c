@@ -2,12 +2,13 @@
 /*
  * No second copy: the snapshot pages themselves must travel in the socket
  * buffers.  Observable from user space through RELEASED: on a local path
- * (loopback TCP, AF_UNIX) the receiver's queue holds the very pages, so
+ * (loopback TCP, AF_UNIX, veth into another namespace) the receiver's
+ * queue holds the very pages, so
  * while the peer has not read, RELEASED must not come; once it reads, it
  * must.  A path that copied would let go of the pages at once.  And
  * COPIED must be clear on those paths.
  */
-#include "common.h"
+#include "netns.h"
 
 static int released(int dev, uint64_t id, int wait_ms)
 {
@@ -38,6 +39,7 @@ static void path(const char *name, int c, int s)
 	int dev = ss_dev(), file = temp_file(len, 'q');
 	struct stablesend_req r = ss_req(file, c, 0, len, 5);
 	char *buf = malloc(len);
+	int before = failures;
 
 	r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	CHECK(ss_submit(dev, &r, 1) == 1, "%s: submit", name);
@@ -48,8 +50,9 @@ static void path(const char *name, int c, int s)
 	      "%s: payload", name);
 	CHECK(released(dev, 5, 5000), "%s: no RELEASED after the peer read",
 	      name);
-	printf("%-12s pages held by the receiver until it read: by reference\n",
-	       name);
+	printf("%-12s %s\n", name, failures == before ?
+	       "pages held by the receiver until it read: by reference" :
+	       "FAILED");
 	free(buf);
 	close(file);
 	close(dev);
@@ -67,6 +70,8 @@ int main(void)
 	path("tcp6", c, s);
 	unix_pair(&c, &s);
 	path("unix", c, s);
+	veth_pair(&c, &s);
+	path("tcp-veth", c, s);
 	CHECK(ss_drained(10), "pages in flight");
 	return test_result();
 }
