@@ -30,8 +30,14 @@ int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 		int f = flags;
 		int ret;
 
+		/*
+		 * No MSG_MORE/MSG_SENDPAGE_NOTLAST between pages: when kTLS
+		 * runs out of memory mid-call it returns with its records
+		 * corked in TCP, and nothing would ever push them (a 6.1 kTLS
+		 * request stalled for good).  Autocorking still coalesces.
+		 */
 		if (len < iov_iter_count(it))
-			f |= MSG_MORE | MSG_SENDPAGE_NOTLAST;
+			f &= ~MSG_MORE;
 		ret = kernel_sendpage(sock, bv->bv_page + off / PAGE_SIZE,
 				      offset_in_page(off), len, f);
 		if (ret <= 0)

@@ -29,6 +29,9 @@ SS_WORK=$SS_CACHE/work
 SS_ROOT=$SS_CACHE/roots/trixie
 SS_TAPT=$SS_CACHE/apt/trixie
 SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
+# kTLS's AES-GCM needs these where they are modules; which ones exist
+# differs per kernel (7.3 has no ghash-generic), so each is optional.
+SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr}
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
 	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux"
@@ -422,6 +425,9 @@ ss_stage_base() {
 	# shellcheck disable=SC2086
 	modprobe -C /dev/null -d "$kdir" -S "$kver" --show-depends -a $SS_GUEST_MODULES >"$dir/deps" ||
 		ss_die "modprobe --show-depends $SS_GUEST_MODULES failed for $kver"
+	for m in $SS_GUEST_OPTIONAL; do
+		modprobe -C /dev/null -d "$kdir" -S "$kver" --show-depends "$m" >>"$dir/deps" 2>/dev/null || true
+	done
 	for m in $(awk '$1 == "insmod" { print $2 }' "$dir/deps"); do
 		n=$(basename "$m") && n=${n%%.ko*}.ko
 		grep -qx "/lib/modules/kernel/$n" "$dir/etc/harness/modules" && continue
