@@ -22,7 +22,7 @@
  *
  * test-timeout: 300
  */
-#include "common.h"
+#include "watchdog.h"
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,11 +37,6 @@
 
 static int unexpected_async;	/* bad requests SUBMIT accepted anyway */
 static long unexpected_bytes;	/* bytes those and SEND sent anyway */
-
-static unsigned char pat(uint64_t pos, unsigned int seed)
-{
-	return (unsigned char)(pos * 131 + (pos >> 12) * 7 + seed * 29 + 1);
-}
 
 static void fill_pat(unsigned char *b, uint64_t off, size_t n, unsigned int seed)
 {
@@ -65,54 +60,6 @@ static int pat_file(const char *path, size_t size, unsigned int seed)
 }
 
 /* --- SEND with a watchdog ---------------------------------------------------- */
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-}
-
-/*
- * Block SIGALRM in this thread and every thread it creates from now on;
- * send_wd() takes it in the calling thread only.
- */
-static void alarm_setup(void)
-{
-	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
-	sigset_t set;
-
-	sigaction(SIGALRM, &sa, NULL);
-	sigemptyset(&set);
-	sigaddset(&set, SIGALRM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-}
-
-/*
- * STABLESEND_IOC_SEND that cannot hang the test: after @secs a signal ends
- * the wait (a started request then returns what was sent).  *@stalled
- * tells whether that happened.
- */
-static long send_wd(int dev, struct stablesend_req *r, unsigned int secs,
-		    int *stalled)
-{
-	struct timespec zero = { 0 };
-	sigset_t set;
-	double t0 = now_s();
-	long ret;
-	int err;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGALRM);
-	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-	alarm(secs);
-	ret = ss_send(dev, r);
-	err = errno;
-	alarm(0);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	sigtimedwait(&set, NULL, &zero);	/* a late one, pending */
-	*stalled = now_s() - t0 >= secs - 0.5;
-	errno = err;
-	return ret;
-}
 
 /* --- a thread that reads a socket until EOF -------------------------------- */
 
