@@ -158,6 +158,29 @@ static void cellf(char *buf, size_t n, const char *fmt, double a, double b)
 		snprintf(buf, n, fmt, a, b);
 }
 
+/* CPU per byte by method and size, with its ratio to pread+send's. */
+static void cpu_rows(const char *k, const char *t, const char *title, int what)
+{
+	char b[64];
+	int m, si;
+
+	printf("%-18s", title);
+	for (si = 0; si < NS; si++)
+		printf("%18s", szn[si]);
+	printf("\n");
+	for (m = 0; m < NM; m++) {
+		printf("%-18s", meth[m]);
+		for (si = 0; si < NS; si++) {
+			double x = med(k, t, si, m, what);
+
+			cellf(b, sizeof(b), "%.3f (%.2f)", x,
+			      x / med(k, t, si, PREAD, what));
+			printf("%18s", b);
+		}
+		printf("\n");
+	}
+}
+
 static void table(const char *k, const char *t)
 {
 	char b[64];
@@ -194,36 +217,8 @@ static void table(const char *k, const char *t)
 		}
 		printf("\n");
 	}
-	printf("%-18s", "sender ns/B (x pr)");
-	for (si = 0; si < NS; si++)
-		printf("%18s", szn[si]);
-	printf("\n");
-	for (m = 0; m < NM; m++) {
-		printf("%-18s", meth[m]);
-		for (si = 0; si < NS; si++) {
-			double x = med(k, t, si, m, SND);
-
-			cellf(b, sizeof(b), "%.3f (%.2f)", x,
-			      x / med(k, t, si, PREAD, SND));
-			printf("%18s", b);
-		}
-		printf("\n");
-	}
-	printf("%-18s", "system ns/B (x pr)");
-	for (si = 0; si < NS; si++)
-		printf("%18s", szn[si]);
-	printf("\n");
-	for (m = 0; m < NM; m++) {
-		printf("%-18s", meth[m]);
-		for (si = 0; si < NS; si++) {
-			double x = med(k, t, si, m, SYS);
-
-			cellf(b, sizeof(b), "%.3f (%.2f)", x,
-			      x / med(k, t, si, PREAD, SYS));
-			printf("%18s", b);
-		}
-		printf("\n");
-	}
+	cpu_rows(k, t, "sender ns/B (x pr)", SND);
+	cpu_rows(k, t, "system ns/B (x pr)", SYS);
 	printf("%-18s", "CPUs busy");
 	for (si = 0; si < NS; si++)
 		printf("%18s", szn[si]);
