@@ -49,7 +49,7 @@ check:
 
 demo:
 	@tests/harness/deps host
-	@tests/demo
+	@tests/demo/run
 
 bench:
 	@tests/harness/deps host
