@@ -68,6 +68,7 @@ static void ss_req_release(struct ss_req *req)
  */
 void ss_req_finish(struct ss_req *req, s64 res)
 {
+	bool copied = req->copied && req->sent;
 	struct ss_ctx *ctx = req->ctx;
 	bool idle;
 
@@ -80,20 +81,20 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	if (res == -ECANCELED)
 		ctx->stats.cancelled++;
 	ctx->stats.bytes_sent += req->sent;
-	if (req->copied && req->sent)
+	if (copied)
 		ctx->stats.copied++;
 	spin_unlock(&ctx->lock);
 	atomic64_add(req->sent, &ss_stats[SS_BYTES_SENT]);
 	if (res < 0)
 		atomic64_inc(&ss_stats[SS_ERRORS]);
-	if (req->copied && req->sent)
+	if (copied)
 		atomic64_inc(&ss_stats[SS_COPIED]);
 
 	if (req->sync)
 		complete(&req->done);
 	else
 		ss_post(req, &req->cqe_sent, res, STABLESEND_CQE_SENT |
-			(req->copied && req->sent ? STABLESEND_CQE_COPIED : 0));
+			(copied ? STABLESEND_CQE_COPIED : 0));
 
 	ss_sock_put(req->sock);
 	req->sock = NULL;
