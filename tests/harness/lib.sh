@@ -31,7 +31,8 @@ SS_TAPT=$SS_CACHE/apt/trixie
 SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 # kTLS's AES-GCM needs these where they are modules; which ones exist
 # differs per kernel (7.3 has no ghash-generic), so each is optional.
-SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr}
+# virtio_pci/virtio_net drive the guest's two NICs (modules on 6.1).
+SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
 	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux"
@@ -484,7 +485,8 @@ SS_BOOT_QUIRKS="no_timer_check"
 # output -> WORK/output.log (streamed to stdout with "stream").  A
 # watchdog kills a guest that does not advance: boot timeout first, then
 # "RUN name T" allows T + 60 s, any other verdict 120 s until the next.
-# SS_KILLED=1 when the watchdog had to kill the guest.
+# SS_KILLED=1 when the watchdog had to kill the guest.  Two virtio-net
+# NICs joined by a QEMU hub give the tests a real driver's transmit path.
 ss_boot() {
 	local w=$1 kernel=$2 initrd=$3 deadline=$(($(date +%s) + $4)) stream=${5:-}
 	local accel=${SS_ACCEL:-tcg} cpu=max qemu tail= seen=0 line lines
@@ -495,6 +497,8 @@ ss_boot() {
 	qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
 		-accel "$accel" -cpu "$cpu" -smp 2 -m "${STABLESEND_VM_MEM:-1024}" \
 		-kernel "$kernel" -initrd "$initrd" \
+		-netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,romfile= \
+		-netdev hubport,id=n1,hubid=0 -device virtio-net-pci,netdev=n1,romfile= \
 		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on $SS_BOOT_QUIRKS" \
 		-serial "file:$w/console.log" -serial "file:$w/results.log" \
 		-serial "file:$w/output.log" </dev/null >"$w/qemu.log" 2>&1 &
