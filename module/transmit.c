@@ -16,6 +16,7 @@
 #include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/socket.h>
+#include <net/dst.h>
 #include <net/inet_connection_sock.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -50,6 +51,25 @@ static DEFINE_SPINLOCK(ss_socks_lock);
  * @sock:	the socket
  * @copies:	set when the protocol will copy the pages (kTLS, no SG)
  */
+/*
+ * TCP's route caps always claim scatter-gather (software GSO), so ask the
+ * route's device: without SG, segmentation copies the pages out.
+ */
+static bool ss_tcp_dev_copies(struct sock *sk)
+{
+	struct dst_entry *dst;
+	bool copies;
+
+	rcu_read_lock();
+	dst = __sk_dst_get(sk);
+	if (dst && dst->dev)
+		copies = !(READ_ONCE(dst->dev->features) & NETIF_F_SG);
+	else
+		copies = !(READ_ONCE(sk->sk_route_caps) & NETIF_F_SG);
+	rcu_read_unlock();
+	return copies;
+}
+
 int ss_sock_check(struct socket *sock, bool *copies)
 {
 	struct sock *sk = sock->sk;
@@ -66,7 +86,7 @@ int ss_sock_check(struct socket *sock, bool *copies)
 		ulp = READ_ONCE(inet_csk(sk)->icsk_ulp_ops);
 		if (ulp && strcmp(ulp->name, "tls"))
 			return -EOPNOTSUPP;
-		*copies = ulp || !(READ_ONCE(sk->sk_route_caps) & NETIF_F_SG);
+		*copies = ulp || ss_tcp_dev_copies(sk);
 		break;
 	case AF_UNIX:
 		*copies = false;

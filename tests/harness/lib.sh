@@ -35,7 +35,7 @@ SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
-	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux"
+	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 SS_APT_WAIT=(-o DPkg::Lock::Timeout=600) # another apt/dpkg may be running
 # errexit inside $(...) too: a failing step must never run on with empty values.
@@ -485,8 +485,36 @@ SS_BOOT_QUIRKS="no_timer_check"
 # output -> WORK/output.log (streamed to stdout with "stream").  A
 # watchdog kills a guest that does not advance: boot timeout first, then
 # "RUN name T" allows T + 60 s, any other verdict 120 s until the next.
-# SS_KILLED=1 when the watchdog had to kill the guest.  Two virtio-net
-# NICs joined by a QEMU hub give the tests a real driver's transmit path.
+# SS_KILLED=1 when the watchdog had to kill the guest.
+#
+# The guest gets two virtio-net NICs, a real driver's transmit path: tap
+# backends (with virtio-net headers, so the NICs offer scatter-gather and
+# checksum offload, as on a real host) on a bridge inside a network
+# namespace of QEMU's own, so the host's network is never touched.  Where
+# taps can't be made, a QEMU hub joins them (no offloads); the guest learns
+# which from "ss_nic=tap|hub" on its command line (STABLESEND_NIC=hub
+# forces the hub).
+SS_NIC_SETUP='ip link add ssbr type bridge && ip link set ssbr up &&
+	for t in sst0 sst1; do ip tuntap add dev $t mode tap vnet_hdr &&
+		ip link set $t master ssbr up || exit 1; done'
+ss_nics() { # sets SS_NIC (tap|hub), SS_NIC_ARGS, SS_NIC_WRAP
+	local i
+	SS_NIC=hub SS_NIC_WRAP=() SS_NIC_ARGS=()
+	if [[ ${STABLESEND_NIC:-tap} == tap && -c /dev/net/tun ]] && unshare --net -- sh -c "$SS_NIC_SETUP" >/dev/null 2>&1; then
+		SS_NIC=tap
+		# shellcheck disable=SC2016
+		SS_NIC_WRAP=(unshare --net -- sh -c "$SS_NIC_SETUP"' && exec "$@"' sh)
+	fi
+	for i in 0 1; do
+		if [[ $SS_NIC == tap ]]; then
+			SS_NIC_ARGS+=(-netdev "tap,id=n$i,ifname=sst$i,script=no,downscript=no,vhost=off")
+		else
+			SS_NIC_ARGS+=(-netdev "hubport,id=n$i,hubid=0")
+		fi
+		SS_NIC_ARGS+=(-device "virtio-net-pci,netdev=n$i,romfile=")
+	done
+}
+
 ss_boot() {
 	local w=$1 kernel=$2 initrd=$3 deadline=$(($(date +%s) + $4)) stream=${5:-}
 	local accel=${SS_ACCEL:-tcg} cpu=max qemu tail= seen=0 line lines
@@ -494,12 +522,11 @@ ss_boot() {
 	[[ $accel == kvm ]] && cpu=host
 	local f
 	for f in console results output; do : >"$w/$f.log"; done
-	qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
+	ss_nics
+	"${SS_NIC_WRAP[@]}" qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
 		-accel "$accel" -cpu "$cpu" -smp 2 -m "${STABLESEND_VM_MEM:-1024}" \
-		-kernel "$kernel" -initrd "$initrd" \
-		-netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,romfile= \
-		-netdev hubport,id=n1,hubid=0 -device virtio-net-pci,netdev=n1,romfile= \
-		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on $SS_BOOT_QUIRKS" \
+		-kernel "$kernel" -initrd "$initrd" "${SS_NIC_ARGS[@]}" \
+		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on ss_nic=$SS_NIC $SS_BOOT_QUIRKS" \
 		-serial "file:$w/console.log" -serial "file:$w/results.log" \
 		-serial "file:$w/output.log" </dev/null >"$w/qemu.log" 2>&1 &
 	qemu=$!
