@@ -46,11 +46,6 @@ struct ss_sock {
 static DEFINE_HASHTABLE(ss_socks, 8);
 static DEFINE_SPINLOCK(ss_socks_lock);
 
-/**
- * ss_sock_check - can we send on this socket?
- * @sock:	the socket
- * @copies:	set when the protocol will copy the pages (kTLS, no SG)
- */
 /*
  * TCP's route caps always claim scatter-gather (software GSO), so ask the
  * route's device: without SG, segmentation copies the pages out.
@@ -70,6 +65,11 @@ static bool ss_tcp_dev_copies(struct sock *sk)
 	return copies;
 }
 
+/**
+ * ss_sock_check - can we send on this socket?
+ * @sock:	the socket
+ * @copies:	set when the protocol will copy the pages (kTLS, no SG)
+ */
 int ss_sock_check(struct socket *sock, bool *copies)
 {
 	struct sock *sk = sock->sk;
