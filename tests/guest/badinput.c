@@ -21,6 +21,7 @@
  * "./badinput trunc" runs only the concurrent truncation case.
  *
  * test-timeout: 300
+ * compat32: yes
  */
 #include "watchdog.h"
 #include <limits.h>

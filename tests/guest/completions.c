@@ -5,6 +5,7 @@
  * counting every record, poll waking, 64 framed requests in flight on one
  * socket arriving in order and intact, synchronous sends queueing no
  * record, and a stalled peer on one socket not delaying another.
+ * compat32: yes
  */
 #include "common.h"
 #include <pthread.h>

@@ -14,6 +14,7 @@
  * everything behind it waits on the socket's FIFO.
  *
  * test-timeout: 300
+ * compat32: yes
  */
 #include "watchdog.h"
 #include <linux/sockios.h>

@@ -10,6 +10,7 @@
  * Sizes from 1 byte to 8 MiB, aligned and unaligned offsets, TCP over IPv4
  * loopback.  Socket buffers are forced large so every byte is still queued
  * when the overwrite lands.
+ * compat32: yes
  */
 #include "common.h"
 #include <sys/sendfile.h>

@@ -12,6 +12,7 @@
  * COUNTERS.copied); the by-reference paths (loopback, AF_UNIX, veth) do not.
  *
  * test-timeout: 600
+ * compat32: yes
  */
 #include "netns.h"
 #include "watchdog.h"

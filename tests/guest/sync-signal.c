@@ -6,6 +6,7 @@
  * - the request had not started (queued behind another on a stalled
  *   socket): EINTR, and none of its bytes are ever sent.
  * Without SA_RESTART, so the interruption is visible.
+ * compat32: yes
  */
 #include "common.h"
 #include <pthread.h>

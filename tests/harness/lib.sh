@@ -35,7 +35,7 @@ SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
-	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2"
+	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2 gcc-multilib"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 SS_APT_WAIT=(-o DPkg::Lock::Timeout=600) # another apt/dpkg may be running
 # errexit inside $(...) too: a failing step must never run on with empty values.
@@ -603,16 +603,23 @@ ss_console_tail() { # WORK: the kernel's last words
 # ss_build_tests SRCDIR OUTDIR: *.c compiled static (with lib/libstablesend.a,
 # brought up to date first), *.sh copied; writes OUTDIR/.list ("name
 # timeout" lines) and OUTDIR/.broken (tests that do not compile).  A test
-# sets its own timeout with a "test-timeout: N" comment in its first 30 lines.
+# sets its own timeout with a "test-timeout: N" comment in its first 30 lines;
+# a .c test with "compat32: yes" there is also built -m32 (i386: the kernel's
+# IA32 emulation and compat_ioctl) as NAME-m32, listed right after NAME.
 ss_build_tests() {
-	local src=$1 out=$2 f name t libs=()
+	local src=$1 out=$2 f name t libs=() libs32=()
 	mkdir -p "$out"
 	: >"$out/.list"
 	: >"$out/.broken"
 	if [[ -e $SS_REPO/lib/Makefile ]]; then
 		make -s -C "$SS_REPO/lib" libstablesend.a >&2 || ss_say "lib/libstablesend.a does not build"
+		if grep -qs 'compat32: *yes' "$src"/*.c; then
+			make -s -C "$SS_REPO/lib" libstablesend-m32.a >&2 ||
+				ss_say "lib/libstablesend-m32.a does not build (gcc-multilib?)"
+		fi
 	fi
 	[[ -e $SS_REPO/lib/libstablesend.a ]] && libs=("$SS_REPO/lib/libstablesend.a")
+	[[ -e $SS_REPO/lib/libstablesend-m32.a ]] && libs32=("$SS_REPO/lib/libstablesend-m32.a")
 	for f in "$src"/*.c "$src"/*.sh; do
 		[[ -e $f ]] || continue
 		name=$(basename "${f%.*}")
@@ -632,5 +639,17 @@ ss_build_tests() {
 		esac
 		t=$(head -n 30 "$f" | sed -n 's/.*test-timeout: *\([0-9][0-9]*\).*/\1/p' | head -n1)
 		echo "$name ${t:-${STABLESEND_TEST_TIMEOUT:-120}}" >>"$out/.list"
+		[[ $f == *.c ]] || continue
+		head -n 30 "$f" | grep -q 'compat32: *yes' || continue
+		# 64-bit off_t as in the library (splice() takes a loff_t *).
+		# shellcheck disable=SC2086
+		if gcc -m32 -D_FILE_OFFSET_BITS=64 -static -O2 -Wall -I "$SS_REPO/uapi" \
+			-I "$SS_REPO/lib" -I "$SS_REPO/lib/include" -pthread -o "$out/$name-m32" \
+			"$f" "${libs32[@]}" ${STABLESEND_GUEST_LDLIBS:-}; then
+			echo "$name-m32 ${t:-${STABLESEND_TEST_TIMEOUT:-120}}" >>"$out/.list"
+		else
+			ss_say "guest test $f does not compile with -m32 (gcc-multilib installed?)"
+			echo "$name-m32" >>"$out/.broken"
+		fi
 	done
 }
