@@ -19,7 +19,7 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps bench
+	style sparse clean help deps bench fuzz
 
 all: module lib
 
@@ -31,6 +31,7 @@ help:
 	@echo "make dkms-install  register, build and install the module with DKMS"
 	@echo "make style|sparse  checkpatch --strict / sparse over module/ and uapi/"
 	@echo "make bench         every way to send a file, side by side, on the three kernels (BENCH_ARGS='--quick -k 6.12')"
+	@echo "make fuzz          fuzz.c and trinity, FUZZ_SCALE=10 times the make check budget, every kernel (FUZZ_ARGS='-k 6.12')"
 	@echo "tests/vm --help    run anything in a guest"
 
 module:
@@ -54,6 +55,23 @@ demo:
 bench:
 	@tests/harness/deps host
 	@tests/bench/run $(BENCH_ARGS)
+
+# The in-guest fuzzers with FUZZ_SCALE times their make check budget (and
+# timeout): copies of fuzz.c and trinity.sh with the scale written in.
+FUZZ_SCALE ?= 10
+FUZZ_DIR := $(STABLESEND_CACHE)/work/fuzz-tests
+fuzz:
+	@tests/harness/deps host
+	rm -rf $(FUZZ_DIR) && mkdir -p $(FUZZ_DIR)
+	ln -s $(CURDIR)/tests/guest/*.h $(FUZZ_DIR)/
+	t=$$((180 * $(FUZZ_SCALE) + 90)); \
+	sed -e 's/^#define FUZZ_SCALE\t1$$/#define FUZZ_SCALE\t$(FUZZ_SCALE)/' \
+		-e "s/test-timeout: [0-9]*/test-timeout: $$t/" tests/guest/fuzz.c >$(FUZZ_DIR)/fuzz.c && \
+	sed -e 's/^scale=1$$/scale=$(FUZZ_SCALE)/' \
+		-e "s/test-timeout: [0-9]*/test-timeout: $$t/" tests/guest/trinity.sh >$(FUZZ_DIR)/trinity.sh && \
+	grep -q '^#define FUZZ_SCALE.$(FUZZ_SCALE)$$' $(FUZZ_DIR)/fuzz.c && \
+	grep -q '^scale=$(FUZZ_SCALE)$$' $(FUZZ_DIR)/trinity.sh
+	@tests/run-matrix --tests $(FUZZ_DIR) --no-selftests $(FUZZ_ARGS)
 
 install: lib
 	$(MAKE) -C lib install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)

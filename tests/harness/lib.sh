@@ -35,7 +35,8 @@ SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
-	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2 gcc-multilib"
+	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2 gcc-multilib
+	trinity"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 SS_APT_WAIT=(-o DPkg::Lock::Timeout=600) # another apt/dpkg may be running
 # errexit inside $(...) too: a failing step must never run on with empty values.
@@ -410,8 +411,9 @@ ss_build_init() { # static PID 1, rebuilt when init.c changes
 	echo "$out"
 }
 
-# ss_stage_base DIR KVER MODE [KO]: init, busybox, the kernel's own modules
-# (veth, tls and dependencies, decompressed), stablesend.ko if given.
+# ss_stage_base DIR KVER MODE [KO [BIN...]]: init, busybox, the kernel's own
+# modules (veth, tls and dependencies, decompressed), stablesend.ko if given,
+# host programs BIN with their shared libraries and dynamic loader (ldd).
 ss_stage_base() {
 	local dir=${1:?} kver=$2 mode=$3 ko=${4:-} kdir=$SS_CACHE/kernels/$2 m n
 	mkdir -p "$dir"/{bin,sbin,usr/bin,usr/sbin,etc/harness,lib/modules/kernel,tests,host,proc,sys,dev,tmp,run}
@@ -437,6 +439,14 @@ ss_stage_base() {
 	done
 	rm -f "$dir/deps"
 	[[ -z $ko ]] || cp "$ko" "$dir/lib/modules/stablesend.ko"
+	shift $(($# < 4 ? $# : 4))
+	for m; do
+		[[ -x $m ]] || { ss_say "host program $m not found: not staged"; continue; }
+		rm -f "$dir$m" # a busybox link of the same name
+		for n in "$m" $(ldd "$m" 2>/dev/null | grep -o '/[^ ]*' || true); do
+			[[ -e $dir$n ]] || install -D "$n" "$dir$n"
+		done
+	done
 }
 
 ss_pack() { # DIR OUT: gzip'd newc cpio
