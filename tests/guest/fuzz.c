@@ -1047,9 +1047,9 @@ static void run_chunk(long iters)
 			cur_op = OP_FLOOD;
 			do_flood(&r, i);
 			cur_op = -1;
-		}
-		else
+		} else {
 			step(&r, i);
+		}
 		__atomic_fetch_add(&sh->iters, 1, __ATOMIC_RELAXED);
 	}
 	stop = 1;
@@ -1142,6 +1142,8 @@ int main(int argc, char **argv)
 	const char *s_iters = argc > 2 ? argv[2] : getenv("SS_FUZZ_ITERS");
 	const char *s_chunk = getenv("SS_FUZZ_CHUNK");
 	pid_t pids[NWORKERS] = { 0 };
+	const char *s_scale = getenv("STABLESEND_TIMEOUT_SCALE"); /* debug kernel */
+	int tscale = s_scale && atoi(s_scale) > 0 ? atoi(s_scale) : 1;
 	double start[NWORKERS], t0 = now_s(), end;
 	long iters, nchunks, next, chunks[NWORKERS], c0 = 0;
 	int fds0, threads0, i, running = 0, st;
@@ -1168,7 +1170,7 @@ int main(int argc, char **argv)
 	REQUIRE(sh != MAP_FAILED, "mmap");
 	fds0 = count_dir("/proc/self/fd");
 	threads0 = count_dir("/proc/self/task");
-	end = t0 + MAX_SECS;
+	end = t0 + MAX_SECS * tscale;
 
 	for (next = c0; next < nchunks || running;) {
 		for (i = 0; i < NWORKERS; i++) {
@@ -1182,10 +1184,10 @@ int main(int argc, char **argv)
 					     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 				}
 			}
-			if (pids[i] && now_s() - start[i] > CHUNK_TIMEOUT) {
+			if (pids[i] && now_s() - start[i] > CHUNK_TIMEOUT * tscale) {
 				chunk = chunks[i];
 				fail(-1, "worker hangs after %d s; its kernel stacks:",
-				     CHUNK_TIMEOUT);
+				     CHUNK_TIMEOUT * tscale);
 				sh->hangs++;
 				dump_stacks(pids[i]);
 				kill(pids[i], SIGKILL);
@@ -1208,7 +1210,7 @@ int main(int argc, char **argv)
 		}
 		if (next < nchunks && now_s() >= end && !running) {
 			printf("time cap of %d s reached after %ld of %ld chunks (not a failure)\n",
-			       MAX_SECS, next - c0, nchunks - c0);
+			       MAX_SECS * tscale, next - c0, nchunks - c0);
 			break;
 		}
 		usleep(20000);

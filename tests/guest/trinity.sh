@@ -13,7 +13,7 @@
 set -eu
 scale=1
 calls=$((1200 * scale))
-limit=$((150 * scale))
+limit=$((150 * scale * ${STABLESEND_TIMEOUT_SCALE:-1}))	# debug kernel: slower
 seed=${TRINITY_SEED:-$(($(date +%s) % 100000))}
 stats=/sys/class/misc/stablesend/stats
 
