@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Races: NPROC processes, each with threads that at the same time submit
+ * Races: first two threads submit and cancel the same user_data on one
+ * open; then NPROC processes, each with threads that at the same time submit
  * (SUBMIT batches and synchronous SEND), cancel recent requests, reap
  * records (poll + read), close the device fd under the others (dup2 of a
  * fresh open over it), shut down, reset, close and dup2 over the sockets,
@@ -423,6 +424,78 @@ static int worker(double budget)
 	return failures ? 1 : 0;
 }
 
+/*
+ * The narrowest race first: one thread submits one-byte requests that all
+ * carry the same user_data while another cancels that user_data, so a
+ * CANCEL keeps landing while a SUBMIT is between queueing the request on
+ * the open and queueing it on its socket.
+ */
+static atomic_long hammer_submitted, hammer_cancelled;
+
+static void *hammer_cancel(void *arg)
+{
+	uint64_t ud = 7;
+
+	while (!atomic_load(&stop)) {
+		int ret = ioctl(sdev, STABLESEND_IOC_CANCEL, &ud);
+
+		CHECK(ret > 0 || errno == ENOENT, "CANCEL during SUBMIT");
+		if (ret > 0)
+			atomic_fetch_add(&hammer_cancelled, ret);
+	}
+	return NULL;
+}
+
+static void hammer(double secs)
+{
+	struct stablesend_req r;
+	struct stablesend_cqe c[64];
+	struct stablesend_counters cnt;
+	pthread_t th;
+	double end = now_s() + secs;
+	long sent = 0, cancelled = 0, got = 0;
+	char buf[4096];
+	int s, q, ret;
+
+	sdev = new_dev();
+	unix_pair(&s, &q);
+	fcntl(q, F_SETFL, O_NONBLOCK);
+	r = ss_req(file, s, 0, 1, 7);
+	pthread_create(&th, NULL, hammer_cancel, NULL);
+	while (now_s() < end) {
+		ret = ss_submit(sdev, &r, 1);
+		CHECK(ret == 1 || errno == EAGAIN, "SUBMIT during CANCEL");
+		if (ret == 1)
+			atomic_fetch_add(&hammer_submitted, 1);
+		while (read(q, buf, sizeof(buf)) > 0)
+			;
+		while ((ret = read(sdev, c, sizeof(c))) > 0)
+			for (int i = 0; i < ret / (int)sizeof(c[0]); i++, got++) {
+				cancelled += c[i].res == -ECANCELED;
+				sent += c[i].res == 1;
+			}
+	}
+	atomic_store(&stop, 1);
+	pthread_join(th, NULL);
+	atomic_store(&stop, 0);
+	while (got < hammer_submitted && (ret = ss_reap(sdev, c, 1, 5000)) == 1) {
+		cancelled += c[0].res == -ECANCELED;
+		sent += c[0].res == 1;
+		got++;
+	}
+	ss_counters(sdev, &cnt);
+	CHECK(got == hammer_submitted && sent + cancelled == got &&
+	      cancelled == hammer_cancelled && cnt.cancelled == (uint64_t)cancelled,
+	      "submit vs cancel: %ld submitted, %ld records (%ld sent, %ld cancelled), "
+	      "CANCEL reported %ld", (long)hammer_submitted, got, sent, cancelled,
+	      (long)hammer_cancelled);
+	printf("submit vs cancel of the same user_data: %ld requests, %ld cancelled\n",
+	       (long)hammer_submitted, cancelled);
+	close(s);
+	close(q);
+	close(sdev);
+}
+
 /* Children that submit to a stalled socket and die by SIGKILL. */
 static int killer(double budget)
 {
@@ -467,6 +540,7 @@ int main(void)
 	CHECK(ss_drained(10), "pages in flight before the test");
 	ctx0 = ss_stat("contexts");
 	file = pattern_file(FSIZE, 3);
+	hammer(budget / 10);
 	for (i = 0; i <= NPROC; i++) {
 		pid[i] = fork();
 		REQUIRE(pid[i] >= 0, "fork");
