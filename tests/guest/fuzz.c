@@ -970,8 +970,8 @@ static void *chaos_fn(void *arg)
 			}
 			break;
 		case 4:
-		case 5:		/* cancel the SEND in progress */
-			ud = send_ud;
+		case 5:		/* cancel the SEND in progress, or a SUBMIT's */
+			ud = chance(&r, 2) ? send_ud : ud_next - 1 - below(&r, 4);
 			syscall(SYS_ioctl, slots[below(&r, NDEV)].fd,
 				STABLESEND_IOC_CANCEL, &ud);
 			break;
