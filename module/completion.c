@@ -2,11 +2,13 @@
 /*
  * Completions: a request leaves its socket's FIFO exactly once
  * (ss_req_finish: sent, failed, cancelled or aborted), which posts its SENT
- * record; its pages are then watched until the network stack has dropped
- * every reference (ss_reaper), which returns them to the pool and posts the
- * RELEASED record.  Frags hold plain page references, so there is no
- * callback: the reaper looks at page counts, oldest first, every tick while
- * anything is in flight, and not at all otherwise.
+ * record.  From the moment it is queued its pages are watched (ss_reaper):
+ * each one the socket took and the network stack has dropped again goes
+ * back to the pool at once, oldest first, so a large request gives back
+ * memory while it is still being received; when the last is back the
+ * RELEASED record is posted.  Frags hold plain page references, so there
+ * is no callback: the reaper looks at page counts every tick while anything
+ * is in flight, and not at all otherwise.
  */
 #include <linux/eventfd.h>
 #include <linux/module.h>
@@ -50,15 +52,48 @@ static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
 		eventfd_signal(ctx->evfd);
 }
 
-/* Pages idle: give them back, tell whoever asked, drop the pipeline's reference. */
+/* Last pages idle: give them back, tell whoever asked, drop the pipeline's reference. */
 static void ss_req_release(struct ss_req *req)
 {
-	atomic64_sub(req->charged, &ss_stats[SS_BYTES_IN_FLIGHT]);
+	atomic64_sub(ss_req_free_pages(req, req->nr_pages),
+		     &ss_stats[SS_BYTES_IN_FLIGHT]);
 	atomic64_dec(&ss_stats[SS_REQUESTS_IN_FLIGHT]);
 	if (req->cqe_released)
 		ss_post(req, &req->cqe_released, 0, STABLESEND_CQE_RELEASED);
-	ss_req_free_pages(req);
 	ss_req_put(req);
+}
+
+/*
+ * Give back @req's idle pages; true when all are idle, and then @req is
+ * off the list, for the caller to ss_req_release().  Under ss_inflight_lock.
+ */
+static bool ss_req_reap(struct ss_req *req)
+{
+	unsigned int idle = ss_req_idle_pages(req, req->finished);
+
+	if (req->finished && idle == req->nr_pages) {
+		list_del_init(&req->inflight);
+		return true;
+	}
+	if (idle > req->nr_freed)
+		atomic64_sub(ss_req_free_pages(req, idle),
+			     &ss_stats[SS_BYTES_IN_FLIGHT]);
+	return false;
+}
+
+/* A request is queued: watch its pages from now on. */
+void ss_inflight_add(struct ss_req *req)
+{
+	spin_lock(&ss_inflight_lock);
+	list_add_tail(&req->inflight, &ss_inflight);
+	spin_unlock(&ss_inflight_lock);
+	queue_delayed_work(ss_wq, &ss_reaper, 1);
+}
+
+/* Someone waits for memory: look at the pages now. */
+void ss_reaper_kick(void)
+{
+	mod_delayed_work(ss_wq, &ss_reaper, 0);
 }
 
 /**
@@ -100,14 +135,11 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	req->sock = NULL;
 
 	spin_lock(&ss_inflight_lock);
-	idle = ss_req_pages_idle(req);
-	if (!idle)
-		list_add_tail(&req->inflight, &ss_inflight);
+	req->finished = true;
+	idle = ss_req_reap(req);
 	spin_unlock(&ss_inflight_lock);
 	if (idle)
 		ss_req_release(req);
-	else
-		queue_delayed_work(ss_wq, &ss_reaper, 1);
 }
 
 static void ss_reaper_fn(struct work_struct *work)
@@ -118,8 +150,8 @@ static void ss_reaper_fn(struct work_struct *work)
 
 	spin_lock(&ss_inflight_lock);
 	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight)
-		if (ss_req_pages_idle(req))
-			list_move_tail(&req->inflight, &idle);
+		if (ss_req_reap(req))
+			list_add_tail(&req->inflight, &idle);
 	more = !list_empty(&ss_inflight);
 	spin_unlock(&ss_inflight_lock);
 
@@ -142,8 +174,8 @@ void ss_req_put(struct ss_req *req)
 
 	if (!refcount_dec_and_test(&req->ref))
 		return;
-	if (req->nr_pages)
-		ss_req_free_pages(req);
+	ss_req_unlock(req);
+	ss_req_free_pages(req, req->nr_pages);
 	spin_lock(&ctx->lock);
 	ctx->cq_reserved -= req->cq_charged;
 	spin_unlock(&ctx->lock);

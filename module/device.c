@@ -30,6 +30,7 @@ static int ss_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	kref_init(&ctx->ref);
 	spin_lock_init(&ctx->lock);
+	mutex_init(&ctx->reserve_lock);
 	INIT_LIST_HEAD(&ctx->queued);
 	INIT_LIST_HEAD(&ctx->cq);
 	init_waitqueue_head(&ctx->cq_wait);

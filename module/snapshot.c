@@ -5,6 +5,13 @@
  * are high-order compound pages (order-0 when memory is fragmented),
  * charged to the submitter's memory cgroup, and kept in a per-open pool for
  * reuse once the network stack has dropped its references.
+ *
+ * A request reserves its memory whole when that fits at once.  Otherwise
+ * (a blocking fd) it reserves and copies one chunk at a time, waiting for
+ * the pages earlier requests give back as the receiver drains them, so copy
+ * and transmission overlap even when one request is a large part of the
+ * limit.  Only one request per open reserves piecemeal (ctx->reserve_lock):
+ * two half-reserved requests could otherwise wait for each other forever.
  */
 #include <linux/fs.h>
 #include <linux/gfp.h>
@@ -39,35 +46,28 @@ static void ss_free_page(struct page *page)
 }
 
 /*
- * Reserve @need bytes of the open's memory and @ncqe completion records,
- * waiting for memory unless @nonblock.  Pooled pages beyond what the limit
- * leaves room for are freed, so pool plus reservations stay within it.
+ * Reserve @need bytes of the open's memory, waiting for them unless
+ * @nonblock.  Pooled pages beyond what the limit leaves room for are
+ * freed, so pool plus reservations stay within it.
  */
-static int ss_reserve(struct ss_ctx *ctx, u64 need, unsigned int ncqe,
-		      bool nonblock)
+static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 {
 	struct page *page, *tmp;
 	LIST_HEAD(trim);
 	int order;
 
-	if (need > ctx->mem_limit)
-		return -EMSGSIZE;
 	spin_lock(&ctx->lock);
 	while (!ss_mem_fits(ctx, need)) {
 		spin_unlock(&ctx->lock);
 		if (nonblock)
 			return -EAGAIN;
+		ss_reaper_kick();
 		if (wait_event_interruptible(ctx->mem_wait,
 					     ss_mem_fits(ctx, need)))
-			return -ERESTARTSYS;	/* nothing done: restartable */
+			return -ERESTARTSYS;	/* nothing queued: restartable */
 		spin_lock(&ctx->lock);
 	}
-	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX) {
-		spin_unlock(&ctx->lock);
-		return -ENOBUFS;
-	}
 	ctx->mem_used += need;
-	ctx->cq_reserved += ncqe;
 	ctx->stats.mem_peak = max(ctx->stats.mem_peak, ctx->mem_used);
 	for (order = 0; order <= SS_CHUNK_ORDER; order++) {
 		while (ctx->mem_used + ctx->pooled > ctx->mem_limit &&
@@ -110,19 +110,32 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	return page;
 }
 
-/* Fill @req->bvec with pages for @need bytes; each entry's length is its capacity. */
-static int ss_fill_pages(struct ss_req *req, u64 need)
+/*
+ * Add pages to @req until they hold @end bytes (reserving them first if
+ * the request was not reserved whole); each entry's length is its
+ * capacity.  The chunking matches ss_need().
+ */
+static int ss_grow(struct ss_req *req, u64 end)
 {
-	while (need) {
+	while (req->cap < end) {
+		u64 left = req->need - req->cap;
 		unsigned int order = min_t(unsigned int, SS_CHUNK_ORDER,
-					   get_order(min_t(u64, need, SS_CHUNK_SIZE)));
-		struct page *page = ss_get_page(req->ctx, order);
+					   get_order(min_t(u64, left, SS_CHUNK_SIZE)));
+		u64 size = PAGE_SIZE << order;
+		struct page *page;
 		unsigned int i;
+		int err;
 
+		if (req->cap + size > req->charged) {
+			err = ss_reserve(req->ctx, size, false);
+			if (err)
+				return err;
+			req->charged += size;
+		}
+		page = ss_get_page(req->ctx, order);
 		if (page) {
-			bvec_set_page(&req->bvec[req->nr_pages++], page,
-				      PAGE_SIZE << order, 0);
-			need -= PAGE_SIZE << order;
+			bvec_set_page(&req->bvec[req->nr_pages++], page, size, 0);
+			req->cap += size;
 			continue;
 		}
 		if (!order)
@@ -134,10 +147,24 @@ static int ss_fill_pages(struct ss_req *req, u64 need)
 				return -ENOMEM;
 			bvec_set_page(&req->bvec[req->nr_pages++], page,
 				      PAGE_SIZE, 0);
+			req->cap += PAGE_SIZE;
 		}
-		need -= PAGE_SIZE << order;
 	}
 	return 0;
+}
+
+/* Reserve @ncqe completion records of the open. */
+static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
+{
+	int err = 0;
+
+	spin_lock(&ctx->lock);
+	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX)
+		err = -ENOBUFS;
+	else
+		ctx->cq_reserved += ncqe;
+	spin_unlock(&ctx->lock);
+	return err;
 }
 
 /**
@@ -182,14 +209,26 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 		err = -ENOMEM;
 		goto fail;
 	}
-	err = ss_reserve(ctx, need, ncqe, nonblock);
+	err = -EMSGSIZE;
+	if (need > ctx->mem_limit)
+		goto fail;
+	err = ss_reserve_cq(ctx, ncqe);
 	if (err)
 		goto fail;
-	req->charged = need;
 	req->cq_charged = ncqe;
-	err = ss_fill_pages(req, need);
-	if (err)
+	req->need = need;
+	/* Whole if it fits now (or must: O_NONBLOCK), else piecemeal. */
+	err = ss_reserve(ctx, need, true);
+	if (!err) {
+		req->charged = need;
+	} else if (nonblock) {
 		goto fail;
+	} else if (mutex_lock_interruptible(&ctx->reserve_lock)) {
+		err = -ERESTARTSYS;
+		goto fail;
+	} else {
+		req->piecemeal = true;
+	}
 	return req;
 fail:
 	ss_req_put(req);
@@ -201,7 +240,11 @@ static int ss_copy_user(struct ss_req *req, u64 pos, const void __user *src,
 			size_t len)
 {
 	unsigned int i = 0;
+	int err;
 
+	err = ss_grow(req, pos + len);
+	if (err)
+		return err;
 	while (pos >= req->bvec[i].bv_len)
 		pos -= req->bvec[i++].bv_len;
 	while (len) {
@@ -238,39 +281,41 @@ static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
 	struct iov_iter iter;
 	struct kiocb kiocb;
 	ssize_t got = 0;
+	int err;
 
-	iov_iter_bvec(&iter, ITER_DEST, req->bvec, req->nr_pages, req->charged);
-	iov_iter_advance(&iter, pos);
-	iov_iter_truncate(&iter, flen);
 	init_sync_kiocb(&kiocb, file);
 	kiocb.ki_flags &= ~IOCB_DIRECT;
 	kiocb.ki_pos = offset;
-	while (iov_iter_count(&iter)) {
-		ssize_t ret = vfs_iocb_iter_read(file, &kiocb, &iter);
+	while (got < flen) {
+		/* Piecemeal: up to the end of the chunk @pos is in. */
+		u64 end = req->piecemeal ?
+			min(pos + flen - got, round_down(pos, SS_CHUNK_SIZE) + SS_CHUNK_SIZE) :
+			pos + flen - got;
+		ssize_t ret;
 
+		err = ss_grow(req, end);
+		if (err)
+			return err;	/* no memory or a signal: nothing is sent */
+		iov_iter_bvec(&iter, ITER_DEST, req->bvec, req->nr_pages, req->cap);
+		iov_iter_advance(&iter, pos);
+		iov_iter_truncate(&iter, end - pos);
+		ret = vfs_iocb_iter_read(file, &kiocb, &iter);
 		if (ret < 0)
 			return got ? got : ret;
 		if (!ret)
 			break;
 		got += ret;
+		pos += ret;
 		cond_resched();
 	}
 	return got;
 }
 
-/**
- * ss_snapshot - the copy: header, file bytes, trailer, into the pages
- * @req:	request from ss_req_alloc()
- * @ur:		the user's request (validated)
- * @file:	the file, open for reading
- * @flen:	file bytes to copy, at most
- *
- * Sets @req->total (short if the file shrank) and the bvec entries to send.
- */
-int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
-		struct file *file, u64 flen)
+/* Header, file bytes, trailer; sets @req->total. */
+static int ss_copy_all(struct ss_req *req, const struct stablesend_req *ur,
+		       struct file *file, u64 flen)
 {
-	u64 pos = 0, left;
+	u64 pos = 0;
 	ssize_t got;
 	int err;
 
@@ -297,7 +342,29 @@ int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 	if (!pos)
 		return -ENODATA;	/* the file shrank to nothing */
 	req->total = pos;
-	for (left = pos; left; req->nr_send++) {
+	return 0;
+}
+
+/**
+ * ss_snapshot - the copy: header, file bytes, trailer, into the pages
+ * @req:	request from ss_req_alloc()
+ * @ur:		the user's request (validated)
+ * @file:	the file, open for reading
+ * @flen:	file bytes to copy, at most
+ *
+ * Sets @req->total (short if the file shrank) and the bvec entries to send.
+ */
+int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
+		struct file *file, u64 flen)
+{
+	u64 left;
+	int err;
+
+	err = ss_copy_all(req, ur, file, flen);
+	ss_req_unlock(req);
+	if (err)
+		return err;
+	for (left = req->total; left; req->nr_send++) {
 		struct bio_vec *bv = &req->bvec[req->nr_send];
 
 		if (bv->bv_len > left)
@@ -307,31 +374,66 @@ int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 	return 0;
 }
 
-/* Has the network stack dropped every reference to the request's pages? */
-bool ss_req_pages_idle(const struct ss_req *req)
+/* Done reserving piecemeal: the next request of the open may. */
+void ss_req_unlock(struct ss_req *req)
 {
-	unsigned int i;
-
-	for (i = 0; i < req->nr_pages; i++)
-		if (page_ref_count(req->bvec[i].bv_page) != 1)
-			return false;
-	return true;
+	if (req->piecemeal) {
+		req->piecemeal = false;
+		mutex_unlock(&req->ctx->reserve_lock);
+	}
 }
 
 /*
- * Give the request's pages back to the pool (or the page allocator, past
- * the limit or once the open is closed) and its reservations to the open.
+ * How many of the request's pages, from the first not yet freed, the
+ * network stack is done with: every page once the request is off its FIFO
+ * (@finished), before that only pages wholly inside what the socket took
+ * (a page the socket took holds its reference until the stack drops it).
  */
-void ss_req_free_pages(struct ss_req *req)
+unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished)
+{
+	u64 sent = smp_load_acquire(&req->sent);	/* after the sendmsg */
+	u64 end = req->freed_bytes;
+	unsigned int i;
+
+	for (i = req->nr_freed; i < req->nr_pages; i++) {
+		if (!finished) {
+			if (i >= req->nr_send)
+				break;
+			end += req->bvec[i].bv_len;
+			if (end > sent)
+				break;
+		}
+		if (page_ref_count(req->bvec[i].bv_page) != 1)
+			break;
+	}
+	return i;
+}
+
+/*
+ * Give the request's pages up to entry @end back to the pool (or the page
+ * allocator, past the limit or once the open is closed) and their
+ * reservation to the open.  Returns the bytes of reservation given back.
+ */
+u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 {
 	struct ss_ctx *ctx = req->ctx;
 	LIST_HEAD(freed);
 	struct page *page, *tmp;
+	u64 bytes = 0;
 	unsigned int i;
 
 	spin_lock(&ctx->lock);
-	ctx->mem_used -= req->charged;
-	for (i = 0; i < req->nr_pages; i++) {
+	for (i = req->nr_freed; i < end; i++) {
+		bytes += PAGE_SIZE << compound_order(req->bvec[i].bv_page);
+		if (i < req->nr_send)
+			req->freed_bytes += req->bvec[i].bv_len;
+	}
+	/* The last pages take along what was reserved but never filled. */
+	if (end == req->nr_pages)
+		bytes = req->charged;
+	ctx->mem_used -= bytes;
+	req->charged -= bytes;
+	for (i = req->nr_freed; i < end; i++) {
 		unsigned int order;
 
 		page = req->bvec[i].bv_page;
@@ -345,14 +447,15 @@ void ss_req_free_pages(struct ss_req *req)
 			list_add(&page->lru, &freed);
 		}
 	}
-	req->nr_pages = 0;
-	req->charged = 0;
+	req->nr_freed = end;
 	spin_unlock(&ctx->lock);
-	wake_up_interruptible_all(&ctx->mem_wait);
+	if (bytes)
+		wake_up_interruptible_all(&ctx->mem_wait);
 	list_for_each_entry_safe(page, tmp, &freed, lru) {
 		list_del(&page->lru);
 		ss_free_page(page);
 	}
+	return bytes;
 }
 
 /* Free every pooled page of a closed open. */

@@ -15,6 +15,7 @@
 #include <linux/completion.h>
 #include <linux/kref.h>
 #include <linux/list.h>
+#include <linux/mutex.h>
 #include <linux/refcount.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
@@ -66,6 +67,7 @@ struct ss_ctx {
 	struct eventfd_ctx *evfd;
 	bool setup_done;	/* SETUP called, or a request submitted */
 	bool closed;		/* fd released: no records any more */
+	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
 	u64 pooled;		/* bytes of free pages on @pool */
@@ -92,17 +94,23 @@ struct ss_req {
 	bool abort;		/* under sock->lock: stop after what was sent */
 	bool sync;		/* STABLESEND_IOC_SEND: no SENT record */
 	bool copied;		/* the protocol copies (kTLS, no SG) */
+	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
+	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	u64 user_data;
 	u32 flags;		/* STABLESEND_REQ_* */
 	size_t total;		/* bytes to send */
 	size_t sent;		/* bytes the socket accepted */
 	s64 res;		/* final result, once DONE */
+	u64 need;		/* pool bytes for the whole request */
 	u64 charged;		/* bytes reserved in ctx->mem_used */
+	u64 cap;		/* bytes of the pages filled in so far */
+	u64 freed_bytes;	/* data bytes of the pages given back */
 	unsigned int cq_charged;	/* records reserved in ctx->cq_reserved */
 	struct completion done;	/* synchronous waiter */
 	struct ss_cqe_node *cqe_sent;
 	struct ss_cqe_node *cqe_released;
-	unsigned int nr_pages;	/* pool pages owned (bvec entries) */
+	unsigned int nr_pages;	/* pool pages (bvec entries) */
+	unsigned int nr_freed;	/* of which given back, oldest first */
 	unsigned int nr_send;	/* bvec entries carrying data */
 	struct bio_vec bvec[];
 };
@@ -122,8 +130,9 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 			    u32 flags, bool nonblock);
 int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 		struct file *file, u64 flen);
-void ss_req_free_pages(struct ss_req *req);
-bool ss_req_pages_idle(const struct ss_req *req);
+void ss_req_unlock(struct ss_req *req);
+unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished);
+u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
 
 /* transmit.c */
@@ -139,6 +148,8 @@ void ss_req_finish(struct ss_req *req, s64 res);
 void ss_req_put(struct ss_req *req);
 void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
+void ss_reaper_kick(void);
+void ss_inflight_add(struct ss_req *req);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

@@ -183,7 +183,8 @@ static int ss_send(struct ss_sock *ss, struct ss_req *req)
 		ret = stablesend_sendmsg(ss->sock, &msg);
 		if (ret <= 0)
 			return ret ? ret : -EAGAIN;
-		req->sent += ret;
+		/* After the sendmsg took its page references: ss_req_idle_pages(). */
+		smp_store_release(&req->sent, req->sent + ret);
 		cond_resched();
 	}
 	return 0;
@@ -309,6 +310,7 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	atomic64_inc(&ss_stats[SS_REQUESTS]);
 	atomic64_inc(&ss_stats[SS_REQUESTS_IN_FLIGHT]);
 	atomic64_add(req->charged, &ss_stats[SS_BYTES_IN_FLIGHT]);
+	ss_inflight_add(req);
 
 	spin_lock(&ctx->lock);
 	list_add_tail(&req->ctx_node, &ctx->queued);
