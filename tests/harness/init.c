@@ -22,6 +22,11 @@
  *   /etc/harness/timeout  its timeout in seconds (mode cmd)
  *   /lib/modules/stablesend.ko  loaded last when present, as the test
  *          "module-load"
+ *
+ * On the debug kernel (its command line sets STABLESEND_TIMEOUT_SCALE and
+ * STABLESEND_DEBUG_KERNEL, which reach us and the tests as environment
+ * variables) timeouts are scaled and a last test, "kmemleak", makes
+ * kmemleak scan and fails on any unreferenced object.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -49,11 +54,35 @@
 
 static int results = -1, output = -1;
 
-/* Kernel log lines that fail a test even when it exited 0. */
+/*
+ * Kernel log lines that fail a test even when it exited 0.  Lockdep's
+ * reports start with "WARNING: <what>" (circular locking, inconsistent
+ * lock state, bad unlock balance, suspicious RCU usage...) but are
+ * pr_warn(), not WARN(): they do not panic, and once lockdep has reported
+ * it switches itself off, saying so.
+ */
 static const char *const splats[] = {
 	"WARNING:", "BUG:", "Oops", "refcount_t", "leak", "KASAN", "UBSAN",
-	"Call Trace",
+	"Call Trace", "possible circular locking", "inconsistent lock state",
+	"possible recursive locking", "lock held when returning",
+	"bad unlock balance", "held lock freed", "suspicious RCU usage",
+	"unsafe locking scenario", "lockdep is turned off", "DEBUG_LOCKS_WARN_ON",
+	"kmemleak",
 };
+
+/*
+ * The debug kernel (tests/harness/debug-kernel) puts
+ * STABLESEND_TIMEOUT_SCALE=N on its command line; the kernel hands it to
+ * us (and the tests) as an environment variable.  Every test timeout is
+ * multiplied by it.
+ */
+static int timeout_scale(void)
+{
+	const char *s = getenv("STABLESEND_TIMEOUT_SCALE");
+	int n = s ? atoi(s) : 1;
+
+	return n > 0 && n < 100 ? n : 1;
+}
 
 static void report(const char *fmt, ...)
 {
@@ -381,7 +410,7 @@ static void load_modules(void)
 		fclose(f);
 	if (err || access(ours, F_OK))
 		return;
-	report("RUN module-load 60");
+	report("RUN module-load %d", 60 * timeout_scale());
 	rd = kmsg_mark("module-load");
 	err = load_module(ours) ? errno : 0;
 	splat = kmsg_scan(rd, hit, sizeof(hit));
@@ -428,9 +457,76 @@ static void run_tests(void)
 	int timeout;
 
 	while (f && fscanf(f, "%255s %d", name, &timeout) == 2)
-		run_test(name, timeout);
+		run_test(name, timeout * timeout_scale());
 	if (f)
 		fclose(f);
+}
+
+/*
+ * Debug kernel: after the last test (zz-rmmod has unloaded our module),
+ * make kmemleak scan twice -- it reports an object only when it is older
+ * than 5 s and its checksum did not change since the previous scan -- and
+ * fail "kmemleak" on any report; the report goes to the output channel.
+ */
+#define KMEMLEAK "/sys/kernel/debug/kmemleak"
+
+static int kmemleak_scan(void)
+{
+	int fd = open(KMEMLEAK, O_WRONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return -1;
+	ret = write(fd, "scan", 4) == 4 ? 0 : -1;
+	close(fd);
+	return ret;
+}
+
+static void check_kmemleak(void)
+{
+	char buf[4096], first[200] = "", hit[300];
+	int fd, rd, i, err = 0, objects = 0, splat;
+	ssize_t n;
+	double t = now();
+
+	if (access(KMEMLEAK, F_OK))
+		return;
+	report("RUN kmemleak %d", 120 * timeout_scale());
+	dprintf(output, "@@@ begin kmemleak\n");
+	rd = kmsg_mark("kmemleak");
+	for (i = 0; i < 2 && !err; i++) {
+		sleep(6);
+		err = kmemleak_scan() ? errno : 0;
+	}
+	fd = open(KMEMLEAK, O_RDONLY | O_CLOEXEC);
+	while (!err && fd >= 0 && (n = read(fd, buf, sizeof(buf) - 1)) > 0) {
+		char *p = buf;
+
+		buf[n] = 0;
+		if (write(output, buf, n) < 0)
+			break;
+		while ((p = strstr(p, "unreferenced object"))) {
+			p += strlen("unreferenced object");
+			p += *p == ' ';
+			if (!objects++)
+				snprintf(first, sizeof(first), "%.*s",
+					 (int)strcspn(p, ":\n"), p);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	dprintf(output, "\n--- harness: kmemleak scans took %.1f s\n@@@ end kmemleak\n",
+		now() - t);
+	splat = kmsg_scan(rd, hit, sizeof(hit));
+	if (err)
+		report("FAIL kmemleak cannot scan: %s (kmemleak disabled?)",
+		       strerror(err));
+	else if (objects)
+		report("FAIL kmemleak %d unreferenced object%s, first %s",
+		       objects, objects > 1 ? "s" : "", first);
+	else if (splat)
+		report("FAIL kmemleak kernel log: %s", hit);
+	else
+		report("PASS kmemleak");
 }
 
 static void run_command(void)
@@ -478,10 +574,12 @@ int main(void)
 	if (strcmp(mode, "probe")) {
 		bring_up_lo();
 		load_modules();
-		if (!strcmp(mode, "cmd"))
+		if (!strcmp(mode, "cmd")) {
 			run_command();
-		else
+		} else {
 			run_tests();
+			check_kmemleak();
+		}
 	}
 	report("DONE");
 	poweroff();

@@ -190,7 +190,8 @@ ss_resolve() {
 	6.1) re='^linux-image-6\.1\.0-[0-9]+-amd64$' ;;
 	6.12) re='^linux-image-6\.12\.[0-9]+\+[a-z0-9]+-amd64$' ;;
 	newest) re='^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+[a-z0-9]+-amd64$' ;;
-	*) ss_die "unknown kernel key '$key' (6.1, 6.12 or newest)" ;;
+	debug) "$SS_HARNESS/debug-kernel" --release; return ;; # built, not fetched
+	*) ss_die "unknown kernel key '$key' (6.1, 6.12, newest or debug)" ;;
 	esac
 	mapfile -t opts < <(ss_apt_opts "$key")
 	if [[ $key == newest ]]; then ss_trixie_apt; else ss_host_apt; fi
@@ -210,6 +211,7 @@ ss_resolve() {
 # the key's previous kernel is removed.
 ss_fetch() {
 	local key=$1 kver=$2 ver=$3 dir=$SS_CACHE/kernels/$2 opts pkgs p deb old
+	[[ $key == debug ]] && { "$SS_HARNESS/debug-kernel" --build >/dev/null; return 0; }
 	if [[ -e $dir/.version && $(<"$dir/.version") == "$ver" ]]; then
 		echo "$kver" >"$SS_CACHE/kernels/.$key"
 		return 0
@@ -310,6 +312,7 @@ ss_root_apt() {
 # --- headers ----------------------------------------------------------------
 ss_headers() {
 	local key=$1 kver=$2 ver=$3 pkg=linux-headers-$2 t=() q=(dpkg-query)
+	[[ $key == debug ]] && return 0 # the built tree is the headers
 	[[ $key == newest ]] && q=(chroot "$SS_ROOT" dpkg-query)
 	[[ $("${q[@]}" -W -f='${Version} ${Status}' "$pkg" 2>/dev/null) == "$ver install ok installed" ]] &&
 		return 0
@@ -341,6 +344,7 @@ ss_module_version() {
 # $4 (decompressed).  On failure print make.log.
 ss_dkms_build() {
 	local key=$1 kver=$2 out=$3 v d ko run=()
+	[[ $key == debug ]] && { ss_debug_module_build "$kver" "$out"; return; }
 	v=$(ss_module_version)
 	[[ -n $v ]] || ss_die "no PACKAGE_VERSION in dkms.conf"
 	[[ -d $SS_REPO/module ]] || ss_die "module/ does not exist yet"
@@ -370,6 +374,21 @@ ss_dkms_build() {
 	ss_unpack_ko "$ko" "$out"
 }
 
+# The debug kernel has no /lib/modules/KVER on the host for DKMS: build
+# with dkms.conf's own MAKE line (make -C module KDIR=TREE) from a fresh
+# copy, against the debug tree (its Module.symvers from "make modules").
+ss_debug_module_build() { # KVER OUT
+	local tree=$SS_CACHE/kernels/$1/src d=$SS_WORK/src-debug out=$2
+	[[ -s $tree/Module.symvers ]] || ss_die "no built debug tree in $tree"
+	rm -rf "$d"
+	mkdir -p "$d"
+	cp -RL --preserve=mode,timestamps "$SS_REPO/dkms.conf" "$SS_REPO/module" "$SS_REPO/uapi" "$d/"
+	ss_say "make -C module KDIR=$tree (debug kernel $1)"
+	make -C "$d/module" KDIR="$tree" -j"$(nproc)" >&2 || ss_die "stablesend does not build for the debug kernel $1"
+	echo "$d/module/stablesend.ko" >"$out.source"
+	cp "$d/module/stablesend.ko" "$out"
+}
+
 ss_unpack_ko() {
 	case $1 in
 	*.xz) xz -dc "$1" >"$2" ;;
@@ -383,6 +402,8 @@ ss_unpack_ko() {
 ss_prepare() {
 	local key=$1 dir=$2 module=${3:-1} kver ver
 	mkdir -p "$SS_CACHE" "$dir"
+	# Minutes when cold: under its own lock, not the cache's.
+	[[ $key == debug ]] && "$SS_HARNESS/debug-kernel" --build >/dev/null
 	exec 9>"$SS_CACHE/lock"
 	flock -n 9 || { ss_say "waiting for $SS_CACHE/lock"; flock 9; }
 	read -r kver ver < <(ss_resolve "$key")
@@ -489,6 +510,9 @@ ss_accel() { # VMLINUZ
 # the guest ("IO-APIC + timer doesn't work!", seen on 6.1 under load);
 # the emulated timer is fine, skip the check.
 SS_BOOT_QUIRKS="no_timer_check"
+# Debug kernel (KASAN, lockdep, kmemleak... under TCG): test timeouts and
+# the watchdog are multiplied by this.
+SS_DEBUG_SCALE=${STABLESEND_DEBUG_SCALE:-4}
 
 # ss_boot WORK VMLINUZ INITRD BOOT_TIMEOUT [stream]
 # Boots with console -> WORK/console.log, verdicts -> WORK/results.log,
@@ -528,15 +552,23 @@ ss_nics() { # sets SS_NIC (tap|hub), SS_NIC_ARGS, SS_NIC_WRAP
 ss_boot() {
 	local w=$1 kernel=$2 initrd=$3 deadline=$(($(date +%s) + $4)) stream=${5:-}
 	local accel=${SS_ACCEL:-tcg} cpu=max qemu tail= seen=0 line lines
+	local smp=2 debug= slack=60
 	SS_KILLED=0
 	[[ $accel == kvm ]] && cpu=host
+	# The debug kernel has no ACPI: plain "-smp 2" would bring up one CPU.
+	# Its tests' timeouts are scaled in the guest (init.c), the watchdog's
+	# slack here.
+	if [[ -e ${kernel%/boot/*}/stablesend-debug ]]; then
+		smp=2,sockets=2,cores=1,threads=1 slack=$((60 * SS_DEBUG_SCALE))
+		debug=" debug_pagealloc=on kmemleak=on STABLESEND_DEBUG_KERNEL=1 STABLESEND_TIMEOUT_SCALE=$SS_DEBUG_SCALE"
+	fi
 	local f
 	for f in console results output; do : >"$w/$f.log"; done
 	ss_nics
 	"${SS_NIC_WRAP[@]}" qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
-		-accel "$accel" -cpu "$cpu" -smp 2 -m "${STABLESEND_VM_MEM:-1024}" \
+		-accel "$accel" -cpu "$cpu" -smp "$smp" -m "${STABLESEND_VM_MEM:-1024}" \
 		-kernel "$kernel" -initrd "$initrd" "${SS_NIC_ARGS[@]}" \
-		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on ss_nic=$SS_NIC $SS_BOOT_QUIRKS" \
+		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on ss_nic=$SS_NIC $SS_BOOT_QUIRKS$debug" \
 		-serial "file:$w/console.log" -serial "file:$w/results.log" \
 		-serial "file:$w/output.log" </dev/null >"$w/qemu.log" 2>&1 &
 	qemu=$!
@@ -551,8 +583,8 @@ ss_boot() {
 		while ((seen < ${#lines[@]})); do
 			line=${lines[seen++]}
 			case $line in
-			"RUN "*) deadline=$(($(date +%s) + ${line##* } + 60)) ;;
-			*) deadline=$(($(date +%s) + 120)) ;;
+			"RUN "*) deadline=$(($(date +%s) + ${line##* } + slack)) ;;
+			*) deadline=$(($(date +%s) + 2 * slack)) ;;
 			esac
 		done
 		if (($(date +%s) > deadline)); then
@@ -603,7 +635,7 @@ ss_test_output() { # WORK NAME: what the test printed, less trailing blank lines
 ss_console_tail() { # WORK: the kernel's last words
 	local c=$1/console.log
 	ss_say "---- console: first splat lines"
-	tr -d '\r' <"$c" | grep -m 8 -E 'Kernel panic|BUG:|WARNING:|Oops|Call Trace' >&2 || ss_say "(none)"
+	tr -d '\r' <"$c" | grep -m 8 -E 'Kernel panic|BUG:|WARNING:|Oops|Call Trace|UBSAN:|kmemleak:' >&2 || ss_say "(none)"
 	ss_say "---- console: last 40 lines ($c)"
 	tr -d '\r' <"$c" | tail -n 40 >&2
 	ss_say "----"
