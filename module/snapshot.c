@@ -111,6 +111,31 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 }
 
 /*
+ * Piecemeal: take what is free now if that is at least @size, else wait
+ * for a quarter of the limit (or the rest of the request), so the waiter
+ * is not woken for every page that comes back.
+ */
+static int ss_reserve_more(struct ss_req *req, u64 size)
+{
+	struct ss_ctx *ctx = req->ctx;
+	u64 left = req->need - req->charged, take;
+	int err;
+
+	spin_lock(&ctx->lock);
+	take = min(left, ctx->mem_limit - min(ctx->mem_limit, ctx->mem_used));
+	spin_unlock(&ctx->lock);
+	if (take < size)
+		take = max_t(u64, size, ctx->mem_limit / 4);
+	take = min(left, take);
+	if (take < left)	/* whole chunks, but at least the next page */
+		take = max_t(u64, size, round_down(take, SS_CHUNK_SIZE));
+	err = ss_reserve(ctx, take, false);
+	if (!err)
+		req->charged += take;
+	return err;
+}
+
+/*
  * Add pages to @req until they hold @end bytes (reserving them first if
  * the request was not reserved whole); each entry's length is its
  * capacity.  The chunking matches ss_need().
@@ -127,10 +152,9 @@ static int ss_grow(struct ss_req *req, u64 end)
 		int err;
 
 		if (req->cap + size > req->charged) {
-			err = ss_reserve(req->ctx, size, false);
+			err = ss_reserve_more(req, size);
 			if (err)
 				return err;
-			req->charged += size;
 		}
 		page = ss_get_page(req->ctx, order);
 		if (page) {
@@ -287,11 +311,13 @@ static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
 	kiocb.ki_flags &= ~IOCB_DIRECT;
 	kiocb.ki_pos = offset;
 	while (got < flen) {
-		/* Piecemeal: up to the end of the chunk @pos is in. */
-		u64 end = req->piecemeal ?
-			min(pos + flen - got, round_down(pos, SS_CHUNK_SIZE) + SS_CHUNK_SIZE) :
-			pos + flen - got;
+		u64 end = pos + flen - got;
 		ssize_t ret;
+
+		/* Piecemeal: what is reserved, at least to the end of this chunk. */
+		if (req->piecemeal && end > req->charged)
+			end = min(end, max_t(u64, req->charged,
+					     round_down(pos, SS_CHUNK_SIZE) + SS_CHUNK_SIZE));
 
 		err = ss_grow(req, end);
 		if (err)
