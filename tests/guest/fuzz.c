@@ -42,7 +42,7 @@
 
 /* make fuzz raises this (10x the make check budget). */
 #define FUZZ_SCALE	1
-#define DEFAULT_ITERS	(40000 * FUZZ_SCALE)	/* 50-90 s under TCG */
+#define DEFAULT_ITERS	(50000 * FUZZ_SCALE)	/* 40-100 s under TCG */
 #define MAX_SECS	(150 * FUZZ_SCALE)	/* stop early, not a failure */
 #define CHUNK_ITERS	400
 #define NWORKERS	2
