@@ -25,7 +25,7 @@ static int ss_open(struct inode *inode, struct file *file)
 	struct ss_ctx *ctx;
 	int order;
 
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+	ctx = kzalloc(sizeof(*ctx), SS_GFP);
 	if (!ctx)
 		return -ENOMEM;
 	kref_init(&ctx->ref);

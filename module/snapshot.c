@@ -86,7 +86,7 @@ static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 
 static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 {
-	gfp_t gfp = GFP_KERNEL_ACCOUNT | __GFP_NOWARN;
+	gfp_t gfp;
 	struct page *page;
 
 	spin_lock(&ctx->lock);
@@ -103,7 +103,8 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	 * Fail instead of invoking the OOM killer when the cgroup is full: the
 	 * submitter gets ENOMEM.  High orders give up early and fall back.
 	 */
-	gfp |= order ? __GFP_COMP | __GFP_NORETRY : __GFP_RETRY_MAYFAIL;
+	gfp = order ? (SS_GFP & ~__GFP_RETRY_MAYFAIL) | __GFP_COMP | __GFP_NORETRY :
+		      SS_GFP;
 	page = alloc_pages(gfp, order);
 	if (page)
 		atomic64_add(PAGE_SIZE << order, &ss_stats[SS_POOL_BYTES]);
@@ -211,8 +212,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	struct ss_req *req;
 	int err;
 
-	req = kvzalloc(struct_size(req, bvec, need >> PAGE_SHIFT),
-		       GFP_KERNEL_ACCOUNT);
+	req = kvzalloc(struct_size(req, bvec, need >> PAGE_SHIFT), SS_GFP);
 	if (!req)
 		return ERR_PTR(-ENOMEM);
 	refcount_set(&req->ref, 1);
@@ -224,11 +224,9 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	init_completion(&req->done);
 	kref_get(&ctx->ref);
 	if (!sync)
-		req->cqe_sent = kzalloc(sizeof(*req->cqe_sent),
-					GFP_KERNEL_ACCOUNT);
+		req->cqe_sent = kzalloc(sizeof(*req->cqe_sent), SS_GFP);
 	if (released)
-		req->cqe_released = kzalloc(sizeof(*req->cqe_released),
-					    GFP_KERNEL_ACCOUNT);
+		req->cqe_released = kzalloc(sizeof(*req->cqe_released), SS_GFP);
 	if ((!sync && !req->cqe_sent) || (released && !req->cqe_released)) {
 		err = -ENOMEM;
 		goto fail;

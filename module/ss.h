@@ -13,6 +13,7 @@
 #include <linux/atomic.h>
 #include <linux/bvec.h>
 #include <linux/completion.h>
+#include <linux/gfp.h>
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -25,6 +26,13 @@
 /* Pool chunks are compound pages of up to this order (64 KiB with 4K pages). */
 #define SS_CHUNK_ORDER		4
 #define SS_CHUNK_SIZE		(PAGE_SIZE << SS_CHUNK_ORDER)
+
+/*
+ * Everything a caller makes us allocate is charged to its memory cgroup and
+ * fails with ENOMEM (quietly: the caller gets the errno) at memory.max
+ * instead of invoking the OOM killer.
+ */
+#define SS_GFP		(GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN)
 
 /* Unread completion records one open may accumulate before submit refuses. */
 #define SS_CQ_MAX		65536

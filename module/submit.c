@@ -173,8 +173,8 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 	res = req->res;
 	if (res < 0 && req->sent)
 		res = req->sent;
-	else if (res == -ECANCELED)
-		res = -ERESTARTSYS;	/* nothing was sent */
+	else if (cancelled)
+		res = -ERESTARTSYS;	/* by the signal: nothing was sent */
 	ss_req_put(req);
 	return res;
 }

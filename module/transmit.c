@@ -260,7 +260,7 @@ static struct ss_sock *ss_sock_get(struct socket *sock)
 	if (ss)
 		goto put_sock;
 
-	ss = kzalloc(sizeof(*ss), GFP_KERNEL_ACCOUNT);
+	ss = kzalloc(sizeof(*ss), SS_GFP);
 	if (!ss) {
 		sockfd_put(sock);
 		return NULL;

@@ -448,10 +448,11 @@ static void fill_req(struct rng *r, struct stablesend_req *q, int sync)
 /* --- errno checks -------------------------------------------------------- */
 
 static const int submit_errs[] = { EBADF, EINVAL, ENOTSOCK, EOPNOTSUPP,
-	ENOTCONN, EPIPE, ENODATA, EMSGSIZE, EAGAIN, EINTR, EFAULT, ENOMEM, EIO, 0 };
-static const int send_errs[] = { EBADF, EINVAL, ENOTSOCK, EOPNOTSUPP,
-	ENOTCONN, EPIPE, ECONNRESET, ENODATA, EMSGSIZE, EAGAIN, EINTR, EFAULT,
+	ENOTCONN, EPIPE, ENODATA, EMSGSIZE, EAGAIN, EINTR, ENOBUFS, EFAULT,
 	ENOMEM, EIO, 0 };
+static const int send_errs[] = { EBADF, EINVAL, ENOTSOCK, EOPNOTSUPP,
+	ENOTCONN, EPIPE, ECONNRESET, ENODATA, EMSGSIZE, EAGAIN, EINTR, ENOBUFS,
+	ECANCELED, EFAULT, ENOMEM, EIO, 0 };
 static const int setup_errs[] = { EBADF, EINVAL, EBUSY, EFAULT, 0 };
 static const int cancel_errs[] = { EBADF, ENOENT, EFAULT, 0 };
 static const int counters_errs[] = { EBADF, EFAULT, 0 };

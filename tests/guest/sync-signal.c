@@ -4,7 +4,9 @@
  * - the request had started: it stops where it is and the call returns
  *   the bytes the socket took, exactly those bytes reach the peer, in order;
  * - the request had not started (queued behind another on a stalled
- *   socket): EINTR, and none of its bytes are ever sent.
+ *   socket): EINTR, and none of its bytes are ever sent;
+ * - the request had not started and another thread cancelled it:
+ *   ECANCELED (never the kernel-internal ERESTARTSYS).
  * Without SA_RESTART, so the interruption is visible.
  * compat32: yes
  */
@@ -132,6 +134,28 @@ int main(void)
 	CHECK(got == len, "peer got %zu bytes, want only the first request's %zu",
 	      got, len);
 	printf("queued: SEND failed with EINTR, none of its bytes were sent\n");
+	close(c);
+	close(s);
+
+	/* Not started, cancelled by CANCEL from another thread: ECANCELED. */
+	unix_pair(&c, &s);
+	j.r = ss_req(file, c, 0, 1 << 20, 4);	/* stalls: the peer never reads */
+	CHECK(ss_submit(j.dev, &j.r, 1) == 1, "submit");
+	j.r = ss_req(file, c, 0, 4096, 5);
+	{
+		pthread_t t;
+		int n;
+
+		pthread_create(&t, NULL, do_send, &j);
+		usleep(300000);
+		n = ioctl(j.dev, STABLESEND_IOC_CANCEL, &(__u64){ 5 });
+		pthread_join(t, NULL);
+		CHECK(n == 1, "CANCEL of the waiting SEND returned %d", n);
+		CHECK(j.ret == -1 && j.err == ECANCELED,
+		      "SEND cancelled by CANCEL: %ld errno %d, want ECANCELED",
+		      j.ret, j.err);
+	}
+	printf("queued: SEND taken back by CANCEL failed with ECANCELED\n");
 	close(c);
 	close(s);
 	close(j.dev);

@@ -38,6 +38,8 @@
  *	before the socket took any byte cancels the request (EINTR, or a
  *	restart under SA_RESTART); after that it stops the request where it
  *	is and the call returns the bytes the socket took, like sendfile(2).
+ *	A STABLESEND_IOC_CANCEL from another thread that takes the request
+ *	before it started makes the call fail with ECANCELED.
  *	Memory limits above INT_MAX are refused so a result always fits.
  *
  * STABLESEND_IOC_CANCEL (__u64 user_data, write)
@@ -71,6 +73,9 @@
  *	EMSGSIZE the request is larger than this open's memory limit.
  *	EAGAIN	non-blocking fd and the memory limit is reached now.
  *	EINTR	a signal arrived while waiting for memory.
+ *	ENOBUFS	this open already has 65536 completion records unread or
+ *		owed to requests in flight: read some first.
+ *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
  *	EFAULT	a user pointer (request array, header, trailer) is bad.
  *	ENOMEM	the module could not allocate snapshot pages.
  *	EIO	reading the file failed.
