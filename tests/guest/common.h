@@ -70,6 +70,19 @@ static inline double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/*
+ * The debug kernel (tests/run-matrix -k debug: KASAN, lockdep, kmemleak,
+ * debug_pagealloc under TCG) runs tests several times slower; the harness
+ * sets STABLESEND_DEBUG_KERNEL=1 there (and scales every timeout by
+ * STABLESEND_TIMEOUT_SCALE).  Divide a test's amount of work by this.
+ */
+static inline int ss_debug_scale(int factor)
+{
+	const char *e = getenv("STABLESEND_DEBUG_KERNEL");
+
+	return e && *e == '1' ? factor : 1;
+}
+
 static inline int ss_dev(void)
 {
 	int fd = open(STABLESEND_DEVICE, O_RDWR | O_CLOEXEC);

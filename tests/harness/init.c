@@ -11,7 +11,8 @@
  *   ttyS0  kernel console (the host keeps it as console.log)
  *   ttyS1  verdicts, one per line: "RUN <name> <timeout>",
  *          "PASS|FAIL|SKIP <name> [reason]", "EXIT <status>", "DONE"
- *   ttyS2  output of the tests (framed by "@@@ begin|end <name>" lines)
+ *   ttyS2  output of the tests (framed by "@@@ begin|end <name>" lines,
+ *          then "@@@ time <name> <seconds> s")
  *          or of the command (raw)
  *
  * Configuration, written by the host into the initramfs:
@@ -427,13 +428,14 @@ static void run_test(const char *name, int timeout)
 	char path[300], hit[300];
 	char *argv[] = { path, NULL };
 	int status, rd, splat;
+	double t = now();
 
 	snprintf(path, sizeof(path), "/tests/%s", name);
 	report("RUN %s %d", name, timeout);
 	dprintf(output, "@@@ begin %s\n", name);
 	rd = kmsg_mark(name);
 	status = run_with_timeout(argv, "/tmp", timeout);
-	dprintf(output, "\n@@@ end %s\n", name);
+	dprintf(output, "\n@@@ end %s\n@@@ time %s %.1f s\n", name, name, now() - t);
 	splat = kmsg_scan(rd, hit, sizeof(hit));
 
 	if (status == -1)
