@@ -49,6 +49,8 @@ static inline int debug_kernel(void)
 {
 	struct utsname u;
 
+	if (getenv("STABLESEND_DEBUG_KERNEL"))
+		return 1;
 	if (!uname(&u) && (strstr(u.release, "debug") || strstr(u.version, "debug")))
 		return 1;
 	return access("/sys/kernel/debug/kmemleak", F_OK) == 0 ||
