@@ -312,15 +312,18 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	atomic64_add(req->charged, &ss_stats[SS_BYTES_IN_FLIGHT]);
 	ss_inflight_add(req);
 
+	/*
+	 * Both lists at once, in the order cancel takes the locks: a CANCEL
+	 * that finds the request on ctx->queued must find it on the FIFO too.
+	 */
 	spin_lock(&ctx->lock);
 	list_add_tail(&req->ctx_node, &ctx->queued);
 	ctx->stats.submitted++;
-	spin_unlock(&ctx->lock);
-
 	spin_lock(&ss->lock);
 	first = list_empty(&ss->fifo);
 	list_add_tail(&req->fifo, &ss->fifo);
 	spin_unlock(&ss->lock);
+	spin_unlock(&ctx->lock);
 	if (first)
 		ss_kick(ss);
 	return 0;

@@ -81,7 +81,10 @@
  *	EIO	reading the file failed.
  *
  * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
- * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM.
+ * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM, or
+ * whatever other error the socket's sendmsg returned (e.g. -ENOBUFS when
+ * the kernel ran out of memory for socket buffers).  An error result does
+ * not mean no byte went out: the stream is then broken, as with send(2).
  * A file that shrank before the copy gives a short result: no byte past
  * the end of file at submission is ever sent.
  */
