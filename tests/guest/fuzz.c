@@ -1157,7 +1157,8 @@ int main(int argc, char **argv)
 		return SKIP;
 	}
 	seed = s_seed ? strtoull(s_seed, NULL, 0) : (uint64_t)time(NULL) ^ getpid();
-	iters = s_iters ? strtol(s_iters, NULL, 0) : DEFAULT_ITERS;
+	iters = s_iters ? strtol(s_iters, NULL, 0) :
+		DEFAULT_ITERS / ss_debug_scale(8);	/* KASAN: 8x slower */
 	nchunks = (iters + CHUNK_ITERS - 1) / CHUNK_ITERS;
 	if (s_chunk) {
 		c0 = strtol(s_chunk, NULL, 0);
