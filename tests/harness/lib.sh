@@ -552,7 +552,7 @@ ss_nics() { # sets SS_NIC (tap|hub), SS_NIC_ARGS, SS_NIC_WRAP
 ss_boot() {
 	local w=$1 kernel=$2 initrd=$3 deadline=$(($(date +%s) + $4)) stream=${5:-}
 	local accel=${SS_ACCEL:-tcg} cpu=max qemu tail= seen=0 line lines
-	local smp=2 debug= slack=60
+	local smp=2 debug= slack=60 finished=0
 	SS_KILLED=0
 	[[ $accel == kvm ]] && cpu=host
 	# The debug kernel has no ACPI: plain "-smp 2" would bring up one CPU.
@@ -584,9 +584,16 @@ ss_boot() {
 			line=${lines[seen++]}
 			case $line in
 			"RUN "*) deadline=$(($(date +%s) + ${line##* } + slack)) ;;
+			# Everything is reported: a kernel without ACPI (the debug
+			# tier) halts instead of powering off, so stop it ourselves.
+			DONE) deadline=$(($(date +%s) + 10)) finished=1 ;;
 			*) deadline=$(($(date +%s) + 2 * slack)) ;;
 			esac
 		done
+		if ((finished && $(date +%s) > deadline)); then
+			kill "$qemu" 2>/dev/null || true
+			break
+		fi
 		if (($(date +%s) > deadline)); then
 			SS_KILLED=1
 			kill "$qemu" 2>/dev/null || true
