@@ -55,6 +55,11 @@ static const int submit_errs[] = {
 	EBADF, EINVAL, ENOTSOCK, EOPNOTSUPP, ENOTCONN, EPIPE, ENODATA, EAGAIN,
 	ENOMEM, ENOBUFS, EINTR, ECONNRESET, 0
 };
+/* SEND also fails with ECANCELED when a CANCEL of its user_data wins. */
+static const int send_errs[] = {
+	EBADF, EINVAL, ENOTSOCK, EOPNOTSUPP, ENOTCONN, EPIPE, ENODATA, EAGAIN,
+	ENOMEM, ENOBUFS, EINTR, ECONNRESET, ECANCELED, 0
+};
 
 static int in_set(int e, const int *set)
 {
@@ -151,7 +156,7 @@ static void *submit_sync(void *arg)
 		atomic_store(&nreq[T_SYNC], seq + 1);
 		ret = send_wd(churn ? cdev : sdev, &r, 2, &stalled);
 		if (ret < 0) {
-			CHECK(in_set(errno, submit_errs), "SEND: unexpected errno");
+			CHECK(in_set(errno, send_errs), "SEND: unexpected errno");
 			if (errno == EAGAIN)
 				usleep(1000);
 		} else {
