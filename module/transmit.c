@@ -315,6 +315,8 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	/*
 	 * Both lists at once, in the order cancel takes the locks: a CANCEL
 	 * that finds the request on ctx->queued must find it on the FIFO too.
+	 * Kick before unlocking: once a CANCEL can take the request, its
+	 * reference on @ss may be the last one.
 	 */
 	spin_lock(&ctx->lock);
 	list_add_tail(&req->ctx_node, &ctx->queued);
@@ -322,10 +324,10 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	spin_lock(&ss->lock);
 	first = list_empty(&ss->fifo);
 	list_add_tail(&req->fifo, &ss->fifo);
-	spin_unlock(&ss->lock);
-	spin_unlock(&ctx->lock);
 	if (first)
 		ss_kick(ss);
+	spin_unlock(&ss->lock);
+	spin_unlock(&ctx->lock);
 	return 0;
 }
 
