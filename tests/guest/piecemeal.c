@@ -8,7 +8,7 @@
  * ends such a half-reserved submission leaving nothing behind.
  * test-timeout: 90
  */
-#include "watchdog.h"
+#include "stress.h"
 
 #define LIMIT	(1 << 20)
 #define A_LEN	(960 << 10)
@@ -79,19 +79,6 @@ static int wait_done(struct submitter *s, double secs)
 	return s->done;
 }
 
-static int make_file(void)
-{
-	unsigned char *buf = malloc(A_LEN);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	for (i = 0; i < A_LEN; i++)
-		buf[i] = pat(i, 3);
-	write_full(fd, buf, A_LEN, 0);
-	free(buf);
-	return fd;
-}
-
 int main(void)
 {
 	struct reader rd = { 0 };
@@ -100,7 +87,7 @@ int main(void)
 	struct stablesend_req a;
 	struct stablesend_cqe cqe[4];
 	pthread_t rt, st;
-	int dev = ss_dev(), file = make_file(), cl, sv;
+	int dev = ss_dev(), file = pattern_file(A_LEN, 3), cl, sv;
 	double t;
 
 	alarm_setup();
