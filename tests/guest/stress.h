@@ -8,7 +8,6 @@
 #define STABLESEND_TEST_STRESS_H
 
 #include "watchdog.h"
-#include <sys/utsname.h>
 
 /* A file of @size bytes of pattern @seed (byte i is pat(i, seed)). */
 static inline int pattern_file(size_t size, unsigned int seed)
@@ -41,30 +40,13 @@ static inline size_t pattern_check(const unsigned char *b, size_t n,
 	return i;
 }
 
-/*
- * A debug kernel (KASAN, lockdep, kmemleak) runs several times slower:
- * scale the budgets down there.  common.h may grow a hook for this.
- */
-static inline int debug_kernel(void)
-{
-	struct utsname u;
-
-	if (getenv("STABLESEND_DEBUG_KERNEL"))
-		return 1;
-	if (!uname(&u) && (strstr(u.release, "debug") || strstr(u.version, "debug")))
-		return 1;
-	return access("/sys/kernel/debug/kmemleak", F_OK) == 0 ||
-	       access("/proc/sys/kernel/prove_locking", F_OK) == 0 ||
-	       access("/sys/kernel/debug/kasan", F_OK) == 0;
-}
-
 static inline double budget_s(double stock)
 {
 	const char *e = getenv("STABLESEND_STRESS_SECONDS");
 
 	if (e && atof(e) > 0)
 		return atof(e);
-	return debug_kernel() ? stock / 3 : stock;
+	return stock / ss_debug_scale(3);	/* a debug kernel is slower */
 }
 
 /*
