@@ -426,12 +426,7 @@ int main(void)
 	int i, running = NPROC, f;
 	uint64_t tot_req = 0, tot_sync = 0, tot_bytes = 0, tot_cqes = 0;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (access(STABLESEND_DEVICE, F_OK))
-		return SKIP;
-	signal(SIGPIPE, SIG_IGN);
-	CHECK(ss_drained(10), "pages in flight before the test");
-	ctx0 = ss_stat("contexts");
+	ctx0 = stress_begin();
 	res = mmap(NULL, NPROC * sizeof(*res), PROT_READ | PROT_WRITE,
 		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	REQUIRE(res != MAP_FAILED, "mmap");

@@ -538,12 +538,7 @@ int main(void)
 	long long ctx0;
 	int i, st;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (access(STABLESEND_DEVICE, F_OK))
-		return SKIP;
-	signal(SIGPIPE, SIG_IGN);
-	CHECK(ss_drained(10), "pages in flight before the test");
-	ctx0 = ss_stat("contexts");
+	ctx0 = stress_begin();
 	file = pattern_file(FSIZE, 3);
 	hammer(budget / 10);
 	for (i = 0; i <= NPROC; i++) {

@@ -76,6 +76,21 @@ static inline int module_idle(long long contexts, double timeout_s)
 	}
 }
 
+/*
+ * Start of a stress test: line-buffered output, SKIP without the device,
+ * no SIGPIPE, nothing in flight from earlier tests.  Returns the number
+ * of contexts open now, for module_idle() at the end.
+ */
+static inline long long stress_begin(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (access(STABLESEND_DEVICE, F_OK))
+		exit(SKIP);
+	signal(SIGPIPE, SIG_IGN);
+	CHECK(ss_drained(10), "pages in flight before the test");
+	return ss_stat("contexts");
+}
+
 /* A uniformly random 64-bit value from @seed (xorshift64*). */
 static inline uint64_t rnd(uint64_t *seed)
 {
