@@ -391,6 +391,30 @@ struct conn {
 	int zc_ok;
 };
 
+static struct conn *cur_conn;	/* the cell's, for the stall reports */
+
+/* The sending socket's queues, for a report when something stalls. */
+static void sock_report(const char *why)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	int outq = -1, notsent = -1;
+
+	if (!cur_conn)
+		return;
+	ioctl(cur_conn->sock, SIOCOUTQ, &outq);
+	ioctl(cur_conn->sock, SIOCOUTQNSD, &notsent);
+	fprintf(stderr, "bench: %s: socket %s: %d bytes queued, %d not sent",
+		why, tname[cur_conn->tr], outq, notsent);
+	memset(&ti, 0, sizeof(ti));
+	if (cur_conn->tr != T_UNIX &&
+	    !getsockopt(cur_conn->sock, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		fprintf(stderr, "; tcp state %u, unacked %u, cwnd %u, retransmits %u, probes %u, backoff %u",
+			ti.tcpi_state, ti.tcpi_unacked, ti.tcpi_snd_cwnd,
+			ti.tcpi_retransmits, ti.tcpi_probes, ti.tcpi_backoff);
+	fprintf(stderr, "\n");
+}
+
 static void receiver(int ctl, int tr, int data)
 {
 	char *buf = malloc(RCV_BUF);
@@ -675,6 +699,45 @@ static unsigned int nslots(u64 size)
 	return k < 2 ? 2 : k > 64 ? 64 : k;
 }
 
+/* A byte each way over a loopback TCP pair, on every CPU in turn. */
+static void poke_cpus(void)
+{
+	cpu_set_t old, one;
+	long cpu;
+
+	sched_getaffinity(0, sizeof(old), &old);
+	for (cpu = 0; cpu < ncpus; cpu++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		socklen_t len = sizeof(sa);
+		int l, cl, sv;
+		char b = 0;
+
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one))
+			continue;
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (l >= 0 && cl >= 0 && !bind(l, (void *)&sa, len) &&
+		    !listen(l, 1) && !getsockname(l, (void *)&sa, &len) &&
+		    !connect(cl, (void *)&sa, len)) {
+			sv = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+			if (sv >= 0) {
+				if (write(cl, &b, 1) == 1 && read(sv, &b, 1) == 1 &&
+				    write(sv, &b, 1) == 1 && read(cl, &b, 1) == 1)
+					b = 0;
+				close(sv);
+			}
+		}
+		if (l >= 0)
+			close(l);
+		if (cl >= 0)
+			close(cl);
+	}
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
 /* pread + send(MSG_ZEROCOPY), completions drained from the error queue. */
 #define ZC_IDS 4096
 struct zc {
@@ -697,11 +760,25 @@ static void zc_reap(struct zc *z, int block)
 
 		if (r < 0 && errno == EAGAIN) {
 			struct pollfd p = { .fd = z->cl->c->sock, .events = 0 };
+			double t0 = now_s(), t = t0;
 
 			if (!block)
 				return;
-			if (poll(&p, 1, 10000) <= 0)
-				die("zerocopy: no completion in 10 s");
+			/*
+			 * The notification comes when the last skb is freed,
+			 * which may wait on another CPU's defer list
+			 * (skb_attempt_defer_free) until that CPU next
+			 * receives: poke every CPU while waiting.
+			 */
+			while (poll(&p, 1, 10) <= 0) {
+				t = now_s();
+				if (t - t0 > 10) {
+					sock_report("zerocopy");
+					die("zerocopy: no completion in 10 s");
+				}
+				if (t - t0 > 0.1)
+					poke_cpus();
+			}
 			block = 0;	/* something came: drain it, then return */
 			continue;
 		}
@@ -1134,45 +1211,6 @@ static void *diag_reaper(void *p)
 	return NULL;
 }
 
-/* A byte each way over a loopback TCP pair, on every CPU in turn. */
-static void poke_cpus(void)
-{
-	cpu_set_t old, one;
-	long cpu;
-
-	sched_getaffinity(0, sizeof(old), &old);
-	for (cpu = 0; cpu < ncpus; cpu++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET };
-		socklen_t len = sizeof(sa);
-		int l, cl, sv;
-		char b = 0;
-
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
-			continue;
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (l >= 0 && cl >= 0 && !bind(l, (void *)&sa, len) &&
-		    !listen(l, 1) && !getsockname(l, (void *)&sa, &len) &&
-		    !connect(cl, (void *)&sa, len)) {
-			sv = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-			if (sv >= 0) {
-				if (write(cl, &b, 1) == 1 && read(sv, &b, 1) == 1 &&
-				    write(sv, &b, 1) == 1 && read(cl, &b, 1) == 1)
-					b = 0;
-				close(sv);
-			}
-		}
-		if (l >= 0)
-			close(l);
-		if (cl >= 0)
-			close(cl);
-	}
-	sched_setaffinity(0, sizeof(old), &old);
-}
-
 static void diag(struct conn *c, int si, int sync)
 {
 	u64 size = sizes[si], budget = size < 64 * KiB ? opt.budget_small : opt.budget;
@@ -1292,6 +1330,55 @@ static const char *method_na(int m, int tr)
 
 static char kernel[128];
 static int diag_mode;
+static volatile unsigned long cells_done;
+
+/*
+ * No cell for 120 s (the slowest takes seconds): show the stablesend
+ * counters and the blocked tasks (sysrq w, on the console), then fail,
+ * instead of idling until the harness's timeout.
+ */
+static void *stall_watchdog(void *arg)
+{
+	static const char *const stats[] = {
+		"requests_in_flight", "bytes_in_flight", "pool_bytes",
+	};
+	unsigned long seen = cells_done;
+	unsigned int i, idle = 0;
+	FILE *f;
+
+	(void)arg;
+	for (;; sleep(5)) {
+		if (seen != cells_done) {
+			seen = cells_done;
+			idle = 0;
+			continue;
+		}
+		if ((idle += 5) < 120)
+			continue;
+		for (i = 0; i < sizeof(stats) / sizeof(stats[0]); i++) {
+			char path[128], val[64] = "?";
+
+			snprintf(path, sizeof(path),
+				 "/sys/class/misc/stablesend/stats/%s", stats[i]);
+			f = fopen(path, "r");
+			if (f) {
+				if (!fgets(val, sizeof(val), f))
+					strcpy(val, "?");
+				fclose(f);
+			}
+			fprintf(stderr, "bench: stalled: %s %s", stats[i], val);
+		}
+		sock_report("stalled");
+		f = fopen("/proc/sysrq-trigger", "w");
+		if (f) {
+			fputs("w", f);
+			fclose(f);
+		}
+		errno = 0;
+		die("no cell finished in 120 s (blocked tasks on the console)");
+	}
+	return NULL;
+}
 
 /* Run one cell: bytes to the receiver, timed from first send to the ack. */
 static void run_cell(struct conn *c, int m, int si, int run, int warm)
@@ -1312,6 +1399,7 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 	if (m == M_ZC && !c->zc_ok)
 		die("SO_ZEROCOPY refused on %s", tname[c->tr]);
 
+	cur_conn = c;
 	conn_expect(c, cl.nreq * cl.size);
 	r0 = proc_cpu_ns(c->pid);
 	t0 = now_s();
@@ -1322,6 +1410,7 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 	s1 = sys_busy_ns(t1);
 	r1 = proc_cpu_ns(c->pid);
 	offs[m][si] = cl.next_off;
+	cells_done++;
 	if (warm)
 		return;
 
@@ -1512,6 +1601,12 @@ int main(int argc, char **argv)
 		kernel, sysconf(_SC_NPROCESSORS_ONLN), opt.file_size / MiB,
 		opt.runs, opt.budget / MiB, opt.budget_small / MiB,
 		have_ss ? "present," : "absent,", ss_limit);
+	{
+		pthread_t th;
+
+		if (pthread_create(&th, NULL, stall_watchdog, NULL))
+			die("pthread_create");
+	}
 	printf("@csv kernel,transport,size,method,run,throughput_Bps,sys_cpu_ns_per_byte,sender_cpu_ns_per_byte,peak_inflight_bytes\n");
 	memcpy_bw();
 	if (have_ss)
