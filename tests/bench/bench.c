@@ -389,6 +389,7 @@ struct conn {
 	u64 target;	/* cumulative bytes the receiver must get */
 	unsigned int zc_next;	/* MSG_ZEROCOPY notification id counter */
 	int zc_ok;
+	int zc_stalled;	/* a completion never came: no more MSG_ZEROCOPY here */
 };
 
 static struct conn *cur_conn;	/* the cell's, for the stall reports */
@@ -751,6 +752,8 @@ struct zc {
 
 static void zc_reap(struct zc *z, int block)
 {
+	if (z->cl->c->zc_stalled)
+		return;
 	for (;;) {
 		char control[128];
 		struct msghdr msg = { .msg_control = control,
@@ -774,7 +777,9 @@ static void zc_reap(struct zc *z, int block)
 				t = now_s();
 				if (t - t0 > 10) {
 					sock_report("zerocopy");
-					die("zerocopy: no completion in 10 s");
+					fprintf(stderr, "bench: zerocopy: no completion in 10 s: the rest of this cell goes by plain send, and MSG_ZEROCOPY is n/a on this connection from now on\n");
+					z->cl->c->zc_stalled = 1;
+					return;
 				}
 				if (t - t0 > 0.1)
 					poke_cpus();
@@ -821,8 +826,16 @@ static void m_zc(struct cell *cl)
 		size_t done = 0;
 
 		s = i % z->k;
-		while (z->pending[s])
+		while (z->pending[s] && !cl->c->zc_stalled)
 			zc_reap(z, 1);
+		if (cl->c->zc_stalled) {
+			/* the cell's bytes must still reach the receiver */
+			buf = big_alloc(cl->size);
+			pread_exact(file_fd, buf, cl->size, cell_off(cl));
+			send_exact(cl->c->sock, buf, cl->size, 0);
+			munmap(buf, cl->size);
+			continue;
+		}
 		buf = z->mem + s * cl->size;
 		pread_exact(file_fd, buf, cl->size, cell_off(cl));
 		z->held += cl->size;
@@ -830,6 +843,9 @@ static void m_zc(struct cell *cl)
 			ssize_t w = send(cl->c->sock, buf + done, cl->size - done,
 					 MSG_ZEROCOPY | MSG_NOSIGNAL);
 
+			if (w < 0 && errno == ENOBUFS && cl->c->zc_stalled)
+				w = send(cl->c->sock, buf + done, cl->size - done,
+					 MSG_NOSIGNAL);
 			if (w < 0 && (errno == ENOBUFS || errno == EINTR)) {
 				zc_reap(z, errno == ENOBUFS);
 				continue;
@@ -844,10 +860,12 @@ static void m_zc(struct cell *cl)
 			cl->peak = z->held;
 		zc_reap(z, 0);
 	}
-	while (z->held)
+	while (z->held && !cl->c->zc_stalled)
 		zc_reap(z, 1);
 	cl->peak_valid = 1;
-	munmap(z->mem, z->k * cl->size);
+	/* After a stall the kernel may still hold the slots: leave them mapped. */
+	if (!cl->c->zc_stalled)
+		munmap(z->mem, z->k * cl->size);
 	free(z->pending);
 	free(z);
 }
@@ -1411,8 +1429,8 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 	r1 = proc_cpu_ns(c->pid);
 	offs[m][si] = cl.next_off;
 	cells_done++;
-	if (warm)
-		return;
+	if (warm || (m == M_ZC && c->zc_stalled))
+		return;		/* a stalled cell's figures mean nothing */
 
 	sys = (s1 - s0) / (cl.nreq * cl.size);
 	snd = (s1 - s0 - (r1 - r0)) / (cl.nreq * cl.size);
@@ -1652,7 +1670,8 @@ int main(int argc, char **argv)
 				for (i = 0; i < NMETH; i++) {
 					int m = (i + run - 1) % NMETH;
 
-					if (!opt.meth[m] || method_na(m, tr))
+					if (!opt.meth[m] || method_na(m, tr) ||
+					    (m == M_ZC && c.zc_stalled))
 						continue;
 					if (!warmed[m][si]) {
 						run_cell(&c, m, si, run, 1);
