@@ -747,7 +747,10 @@ struct zc {
 	char *mem;
 	unsigned int *pending;		/* per slot: send calls not completed */
 	unsigned short id_slot[ZC_IDS];
-	u64 held;			/* bytes in slots not completed */
+	u64 held;			/* bytes in slots not completed or being sent */
+	unsigned int npending;		/* send calls not completed, all slots */
+	int sending;			/* the slot being sent, or -1 */
+	unsigned int last_lo, last_hi;	/* the last completion range */
 };
 
 static void zc_reap(struct zc *z, int block)
@@ -777,6 +780,9 @@ static void zc_reap(struct zc *z, int block)
 				t = now_s();
 				if (t - t0 > 10) {
 					sock_report("zerocopy");
+					fprintf(stderr, "bench: zerocopy: %u sends, last completion %u..%u, %llu bytes held\n",
+						z->cl->c->zc_next, z->last_lo, z->last_hi,
+						(unsigned long long)z->held);
 					fprintf(stderr, "bench: zerocopy: no completion in 10 s: the rest of this cell goes by plain send, and MSG_ZEROCOPY is n/a on this connection from now on\n");
 					z->cl->c->zc_stalled = 1;
 					return;
@@ -797,13 +803,18 @@ static void zc_reap(struct zc *z, int block)
 				continue;
 			if (ee->ee_code & SO_EE_CODE_ZEROCOPY_COPIED)
 				z->cl->copied = 1;
+			z->last_lo = ee->ee_info;
+			z->last_hi = ee->ee_data;
+			block = 0;	/* one came: drain the rest, then return */
 			for (id = ee->ee_info;; id++) {
 				unsigned int s = z->id_slot[id % ZC_IDS];
 
 				if (!z->pending[s])
 					die("zerocopy: stray completion %u", id);
-				if (!--z->pending[s])
+				/* the slot is free once sent and completed */
+				if (!--z->pending[s] && (int)s != z->sending)
 					z->held -= z->cl->size;
+				z->npending--;
 				if (id == ee->ee_data)
 					break;
 			}
@@ -821,7 +832,9 @@ static void m_zc(struct cell *cl)
 	z->k = nslots(cl->size);
 	z->mem = big_alloc(z->k * cl->size);
 	z->pending = calloc(z->k, sizeof(*z->pending));
+	z->sending = -1;
 	for (i = 0; i < cl->nreq; i++) {
+		double enobufs_since = 0;
 		char *buf;
 		size_t done = 0;
 
@@ -839,23 +852,44 @@ static void m_zc(struct cell *cl)
 		buf = z->mem + s * cl->size;
 		pread_exact(file_fd, buf, cl->size, cell_off(cl));
 		z->held += cl->size;
+		z->sending = s;
 		while (done < cl->size) {
 			ssize_t w = send(cl->c->sock, buf + done, cl->size - done,
-					 MSG_ZEROCOPY | MSG_NOSIGNAL);
-
-			if (w < 0 && errno == ENOBUFS && cl->c->zc_stalled)
-				w = send(cl->c->sock, buf + done, cl->size - done,
+					 (cl->c->zc_stalled ? 0 : MSG_ZEROCOPY) |
 					 MSG_NOSIGNAL);
+
+			if (w < 0 && errno == ENOBUFS && !z->npending) {
+				/*
+				 * Option memory or pinned pages not back yet
+				 * with no completion to wait for: retry, for
+				 * 10 s at most.
+				 */
+				if (!enobufs_since) {
+					enobufs_since = now_s();
+				} else if (now_s() - enobufs_since > 10) {
+					sock_report("zerocopy: ENOBUFS for 10 s");
+					cl->c->zc_stalled = 1;
+				}
+				poke_cpus();
+				usleep(1000);
+				continue;
+			}
 			if (w < 0 && (errno == ENOBUFS || errno == EINTR)) {
 				zc_reap(z, errno == ENOBUFS);
 				continue;
 			}
 			if (w <= 0)
 				die("send(MSG_ZEROCOPY)");
+			done += w;
+			if (cl->c->zc_stalled)
+				continue;
 			z->id_slot[cl->c->zc_next++ % ZC_IDS] = s;
 			z->pending[s]++;
-			done += w;
+			z->npending++;
 		}
+		z->sending = -1;
+		if (!z->pending[s])
+			z->held -= cl->size;
 		if (z->held > cl->peak)
 			cl->peak = z->held;
 		zc_reap(z, 0);
