@@ -23,10 +23,7 @@ int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 	int flags = msg->msg_flags & ~MSG_SPLICE_PAGES;
 	struct sock *sk = sock->sk;
 	/* Plain TCP: no upper layer protocol (kTLS) between us and TCP. */
-	bool tcp = sk->sk_type == SOCK_STREAM &&
-		   sk->sk_protocol == IPPROTO_TCP &&
-		   (sk->sk_family == AF_INET || sk->sk_family == AF_INET6) &&
-		   !inet_csk(sk)->icsk_ulp_ops;
+	bool tcp = sk_is_tcp(sk) && !READ_ONCE(inet_csk(sk)->icsk_ulp_ops);
 	int sent = 0;
 
 	while (iov_iter_count(it)) {

@@ -15,8 +15,9 @@
  *
  * Then the existing tests that need no root (and their -m32 builds, when
  * present in /tests; on the debug kernel only those that are not slow, and
- * no -m32 builds, which ran as root already) run as nobody with STABLESEND_UNPRIV=1 in their
- * environment; their output is part of this test's.  sockets needs a
+ * no -m32 builds, which ran as root already) run as nobody with
+ * STABLESEND_UNPRIV=1 in their environment; their output is part of this
+ * test's.  sockets needs a
  * network namespace and veth: it runs as root of a user and network
  * namespace that nobody made (the container case).  The others need real
  * root for a setup step: memcg a cgroup, seed SO_SNDBUFFORCE beyond
