@@ -389,7 +389,6 @@ struct conn {
 	u64 target;	/* cumulative bytes the receiver must get */
 	unsigned int zc_next;	/* MSG_ZEROCOPY notification id counter */
 	int zc_ok;
-	int zc_stalled;	/* a completion never came: no more MSG_ZEROCOPY here */
 };
 
 static struct conn *cur_conn;	/* the cell's, for the stall reports */
@@ -700,45 +699,6 @@ static unsigned int nslots(u64 size)
 	return k < 2 ? 2 : k > 64 ? 64 : k;
 }
 
-/* A byte each way over a loopback TCP pair, on every CPU in turn. */
-static void poke_cpus(void)
-{
-	cpu_set_t old, one;
-	long cpu;
-
-	sched_getaffinity(0, sizeof(old), &old);
-	for (cpu = 0; cpu < ncpus; cpu++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET };
-		socklen_t len = sizeof(sa);
-		int l, cl, sv;
-		char b = 0;
-
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
-			continue;
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (l >= 0 && cl >= 0 && !bind(l, (void *)&sa, len) &&
-		    !listen(l, 1) && !getsockname(l, (void *)&sa, &len) &&
-		    !connect(cl, (void *)&sa, len)) {
-			sv = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-			if (sv >= 0) {
-				if (write(cl, &b, 1) == 1 && read(sv, &b, 1) == 1 &&
-				    write(sv, &b, 1) == 1 && read(cl, &b, 1) == 1)
-					b = 0;
-				close(sv);
-			}
-		}
-		if (l >= 0)
-			close(l);
-		if (cl >= 0)
-			close(cl);
-	}
-	sched_setaffinity(0, sizeof(old), &old);
-}
-
 /* pread + send(MSG_ZEROCOPY), completions drained from the error queue. */
 #define ZC_IDS 4096
 struct zc {
@@ -755,8 +715,6 @@ struct zc {
 
 static void zc_reap(struct zc *z, int block)
 {
-	if (z->cl->c->zc_stalled)
-		return;
 	for (;;) {
 		char control[128];
 		struct msghdr msg = { .msg_control = control,
@@ -766,29 +724,15 @@ static void zc_reap(struct zc *z, int block)
 
 		if (r < 0 && errno == EAGAIN) {
 			struct pollfd p = { .fd = z->cl->c->sock, .events = 0 };
-			double t0 = now_s(), t = t0;
 
 			if (!block)
 				return;
-			/*
-			 * The notification comes when the last skb is freed,
-			 * which may wait on another CPU's defer list
-			 * (skb_attempt_defer_free) until that CPU next
-			 * receives: poke every CPU while waiting.
-			 */
-			while (poll(&p, 1, 10) <= 0) {
-				t = now_s();
-				if (t - t0 > 10) {
-					sock_report("zerocopy");
-					fprintf(stderr, "bench: zerocopy: %u sends, last completion %u..%u, %llu bytes held\n",
-						z->cl->c->zc_next, z->last_lo, z->last_hi,
-						(unsigned long long)z->held);
-					fprintf(stderr, "bench: zerocopy: no completion in 10 s: the rest of this cell goes by plain send, and MSG_ZEROCOPY is n/a on this connection from now on\n");
-					z->cl->c->zc_stalled = 1;
-					return;
-				}
-				if (t - t0 > 0.1)
-					poke_cpus();
+			if (poll(&p, 1, 10000) <= 0) {
+				sock_report("zerocopy");
+				fprintf(stderr, "bench: zerocopy: %u sends, last completion %u..%u, %llu bytes held\n",
+					z->cl->c->zc_next, z->last_lo, z->last_hi,
+					(unsigned long long)z->held);
+				die("zerocopy: no completion in 10 s");
 			}
 			block = 0;	/* something came: drain it, then return */
 			continue;
@@ -839,24 +783,15 @@ static void m_zc(struct cell *cl)
 		size_t done = 0;
 
 		s = i % z->k;
-		while (z->pending[s] && !cl->c->zc_stalled)
+		while (z->pending[s])
 			zc_reap(z, 1);
-		if (cl->c->zc_stalled) {
-			/* the cell's bytes must still reach the receiver */
-			buf = big_alloc(cl->size);
-			pread_exact(file_fd, buf, cl->size, cell_off(cl));
-			send_exact(cl->c->sock, buf, cl->size, 0);
-			munmap(buf, cl->size);
-			continue;
-		}
 		buf = z->mem + s * cl->size;
 		pread_exact(file_fd, buf, cl->size, cell_off(cl));
 		z->held += cl->size;
 		z->sending = s;
 		while (done < cl->size) {
 			ssize_t w = send(cl->c->sock, buf + done, cl->size - done,
-					 (cl->c->zc_stalled ? 0 : MSG_ZEROCOPY) |
-					 MSG_NOSIGNAL);
+					 MSG_ZEROCOPY | MSG_NOSIGNAL);
 
 			if (w < 0 && errno == ENOBUFS && !z->npending) {
 				/*
@@ -867,10 +802,9 @@ static void m_zc(struct cell *cl)
 				if (!enobufs_since) {
 					enobufs_since = now_s();
 				} else if (now_s() - enobufs_since > 10) {
-					sock_report("zerocopy: ENOBUFS for 10 s");
-					cl->c->zc_stalled = 1;
+					sock_report("zerocopy");
+					die("send(MSG_ZEROCOPY): ENOBUFS for 10 s");
 				}
-				poke_cpus();
 				usleep(1000);
 				continue;
 			}
@@ -881,8 +815,6 @@ static void m_zc(struct cell *cl)
 			if (w <= 0)
 				die("send(MSG_ZEROCOPY)");
 			done += w;
-			if (cl->c->zc_stalled)
-				continue;
 			z->id_slot[cl->c->zc_next++ % ZC_IDS] = s;
 			z->pending[s]++;
 			z->npending++;
@@ -894,12 +826,10 @@ static void m_zc(struct cell *cl)
 			cl->peak = z->held;
 		zc_reap(z, 0);
 	}
-	while (z->held && !cl->c->zc_stalled)
+	while (z->held)
 		zc_reap(z, 1);
 	cl->peak_valid = 1;
-	/* After a stall the kernel may still hold the slots: leave them mapped. */
-	if (!cl->c->zc_stalled)
-		munmap(z->mem, z->k * cl->size);
+	munmap(z->mem, z->k * cl->size);
 	free(z->pending);
 	free(z);
 }
@@ -1263,6 +1193,45 @@ static void *diag_reaper(void *p)
 	return NULL;
 }
 
+/* A byte each way over a loopback TCP pair, on every CPU in turn. */
+static void poke_cpus(void)
+{
+	cpu_set_t old, one;
+	long cpu;
+
+	sched_getaffinity(0, sizeof(old), &old);
+	for (cpu = 0; cpu < ncpus; cpu++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		socklen_t len = sizeof(sa);
+		int l, cl, sv;
+		char b = 0;
+
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one))
+			continue;
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (l >= 0 && cl >= 0 && !bind(l, (void *)&sa, len) &&
+		    !listen(l, 1) && !getsockname(l, (void *)&sa, &len) &&
+		    !connect(cl, (void *)&sa, len)) {
+			sv = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+			if (sv >= 0) {
+				if (write(cl, &b, 1) == 1 && read(sv, &b, 1) == 1 &&
+				    write(sv, &b, 1) == 1 && read(cl, &b, 1) == 1)
+					b = 0;
+				close(sv);
+			}
+		}
+		if (l >= 0)
+			close(l);
+		if (cl >= 0)
+			close(cl);
+	}
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
 static void diag(struct conn *c, int si, int sync)
 {
 	u64 size = sizes[si], budget = size < 64 * KiB ? opt.budget_small : opt.budget;
@@ -1463,8 +1432,8 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 	r1 = proc_cpu_ns(c->pid);
 	offs[m][si] = cl.next_off;
 	cells_done++;
-	if (warm || (m == M_ZC && c->zc_stalled))
-		return;		/* a stalled cell's figures mean nothing */
+	if (warm)
+		return;
 
 	sys = (s1 - s0) / (cl.nreq * cl.size);
 	snd = (s1 - s0 - (r1 - r0)) / (cl.nreq * cl.size);
@@ -1704,8 +1673,7 @@ int main(int argc, char **argv)
 				for (i = 0; i < NMETH; i++) {
 					int m = (i + run - 1) % NMETH;
 
-					if (!opt.meth[m] || method_na(m, tr) ||
-					    (m == M_ZC && c.zc_stalled))
+					if (!opt.meth[m] || method_na(m, tr))
 						continue;
 					if (!warmed[m][si]) {
 						run_cell(&c, m, si, run, 1);
