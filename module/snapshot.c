@@ -47,15 +47,11 @@ static void ss_free_page(struct page *page)
 
 /*
  * Reserve @need bytes of the open's memory, waiting for them unless
- * @nonblock.  Pooled pages beyond what the limit leaves room for are
- * freed, so pool plus reservations stay within it.
+ * @nonblock.  The pool is left alone: the request takes its pages from it
+ * first, and ss_get_page() trims what is left over before it allocates.
  */
 static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 {
-	struct page *page, *tmp;
-	LIST_HEAD(trim);
-	int order;
-
 	spin_lock(&ctx->lock);
 	while (!ss_mem_fits(ctx, need)) {
 		spin_unlock(&ctx->lock);
@@ -69,25 +65,24 @@ static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 	}
 	ctx->mem_used += need;
 	ctx->stats.mem_peak = max(ctx->stats.mem_peak, ctx->mem_used);
-	for (order = 0; order <= SS_CHUNK_ORDER; order++) {
-		while (ctx->mem_used + ctx->pooled > ctx->mem_limit &&
-		       !list_empty(&ctx->pool[order])) {
-			list_move(ctx->pool[order].next, &trim);
-			ctx->pooled -= PAGE_SIZE << order;
-		}
-	}
 	spin_unlock(&ctx->lock);
-	list_for_each_entry_safe(page, tmp, &trim, lru) {
-		list_del(&page->lru);
-		ss_free_page(page);
-	}
 	return 0;
 }
 
+/*
+ * A page of @order for a request whose reservation covers it: from the pool
+ * when it has one, else freshly allocated.  Before allocating, pooled pages
+ * of other orders go back to the page allocator until reservations plus
+ * pool fit the limit again, so what the open holds never exceeds it.
+ * Reusing pages matters: a fresh one is also cleared when init_on_alloc is
+ * on (Debian's default), a second pass over every byte.
+ */
 static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 {
+	struct page *page, *tmp;
+	LIST_HEAD(trim);
+	unsigned int o;
 	gfp_t gfp;
-	struct page *page;
 
 	spin_lock(&ctx->lock);
 	page = list_first_entry_or_null(&ctx->pool[order], struct page, lru);
@@ -95,9 +90,20 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		list_del(&page->lru);
 		ctx->pooled -= PAGE_SIZE << order;
 	}
+	for (o = 0; !page && o <= SS_CHUNK_ORDER; o++) {
+		while (ctx->mem_used + ctx->pooled > ctx->mem_limit &&
+		       !list_empty(&ctx->pool[o])) {
+			list_move(ctx->pool[o].next, &trim);
+			ctx->pooled -= PAGE_SIZE << o;
+		}
+	}
 	spin_unlock(&ctx->lock);
 	if (page)
 		return page;
+	list_for_each_entry_safe(page, tmp, &trim, lru) {
+		list_del(&page->lru);
+		ss_free_page(page);
+	}
 
 	/*
 	 * Fail instead of invoking the OOM killer when the cgroup is full: the
