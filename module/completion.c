@@ -8,7 +8,9 @@
  * memory while it is still being received; when the last is back the
  * RELEASED record is posted.  Frags hold plain page references, so there
  * is no callback: the reaper looks at page counts every tick while anything
- * is in flight, and not at all otherwise.
+ * is in flight, and not at all otherwise.  When no page has come back for
+ * a few ticks it kicks every CPU's receive processing (see rxkick.c), at
+ * growing intervals while nothing moves.
  */
 #include <linux/eventfd.h>
 #include <linux/module.h>
@@ -142,18 +144,36 @@ void ss_req_finish(struct ss_req *req, s64 res)
 		ss_req_release(req);
 }
 
+/* Reaper passes without progress before the first kick; doubles to HZ. */
+#define SS_KICK_FIRST	2
+
 static void ss_reaper_fn(struct work_struct *work)
 {
+	static unsigned int still, kick_at = SS_KICK_FIRST;
 	struct ss_req *req, *tmp;
+	bool more, moved = false;
 	LIST_HEAD(idle);
-	bool more;
 
 	spin_lock(&ss_inflight_lock);
-	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight)
+	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight) {
+		unsigned int freed = req->nr_freed;
+
 		if (ss_req_reap(req))
 			list_add_tail(&req->inflight, &idle);
+		moved |= req->nr_freed != freed || !list_empty(&idle);
+	}
 	more = !list_empty(&ss_inflight);
 	spin_unlock(&ss_inflight_lock);
+
+	/* The work item never runs concurrently with itself: no lock. */
+	if (moved || !more) {
+		still = 0;
+		kick_at = SS_KICK_FIRST;
+	} else if (++still >= kick_at) {
+		still = 0;
+		kick_at = min_t(unsigned int, 2 * kick_at, HZ);
+		ss_rx_kick();
+	}
 
 	list_for_each_entry_safe(req, tmp, &idle, inflight) {
 		list_del_init(&req->inflight);

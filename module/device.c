@@ -267,6 +267,7 @@ static const char *const ss_stat_names[SS_NR_STATS] = {
 	[SS_POOL_BYTES]		= "pool_bytes",
 	[SS_ORDER0_FALLBACKS]	= "order0_fallbacks",
 	[SS_CONTEXTS]		= "contexts",
+	[SS_RX_KICKS]		= "rx_kicks",
 };
 
 static struct device_attribute ss_stat_dattrs[SS_NR_STATS];

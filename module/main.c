@@ -27,13 +27,20 @@ static int __init ss_init(void)
 	ss_wq = alloc_workqueue("stablesend", WQ_UNBOUND, 0);
 	if (!ss_wq)
 		return -ENOMEM;
+	err = ss_rx_kick_init();
+	if (err)
+		goto fail_wq;
 	err = ss_device_init();
-	if (err) {
-		destroy_workqueue(ss_wq);
-		return err;
-	}
+	if (err)
+		goto fail_kick;
 	pr_info("ABI %d loaded\n", STABLESEND_ABI_VERSION);
 	return 0;
+
+fail_kick:
+	ss_rx_kick_exit();
+fail_wq:
+	destroy_workqueue(ss_wq);
+	return err;
 }
 
 /*
@@ -45,6 +52,7 @@ static void __exit ss_exit(void)
 {
 	ss_device_exit();
 	ss_reaper_stop();
+	ss_rx_kick_exit();
 	destroy_workqueue(ss_wq);
 }
 

@@ -52,6 +52,7 @@ enum ss_stat {
 	SS_POOL_BYTES,		/* every page the module owns */
 	SS_ORDER0_FALLBACKS,	/* high-order allocations that failed */
 	SS_CONTEXTS,		/* opens not yet freed */
+	SS_RX_KICKS,		/* ss_rx_kick() calls */
 	SS_NR_STATS
 };
 
@@ -158,6 +159,9 @@ void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
 void ss_reaper_kick(void);
 void ss_inflight_add(struct ss_req *req);
+int ss_rx_kick_init(void);
+void ss_rx_kick_exit(void);
+void ss_rx_kick(void);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

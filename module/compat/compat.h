@@ -25,6 +25,26 @@ static inline void stablesend_eventfd_signal(struct eventfd_ctx *ctx)
 #define eventfd_signal(ctx) stablesend_eventfd_signal(ctx)
 #endif
 
+#ifdef HAVE_ALLOC_NETDEV_DUMMY
+#define stablesend_free_netdev_dummy(dev)	free_netdev(dev)
+#else
+#include <linux/netdevice.h>
+#include <linux/slab.h>
+
+/* Before 6.10 a dummy device lived in memory its user provided. */
+static inline struct net_device *stablesend_alloc_netdev_dummy(int sizeof_priv)
+{
+	struct net_device *dev = kzalloc(sizeof(*dev) + sizeof_priv, GFP_KERNEL);
+
+	if (dev)
+		init_dummy_netdev(dev);
+	return dev;
+}
+
+#define alloc_netdev_dummy(priv)	stablesend_alloc_netdev_dummy(priv)
+#define stablesend_free_netdev_dummy(dev)	kfree(dev)
+#endif
+
 struct socket;
 struct msghdr;
 

@@ -35,3 +35,6 @@ probe HAVE_MSG_SPLICE_PAGES '#define MSG_SPLICE_PAGES' linux/socket.h
 probe HAVE_EVENTFD_SIGNAL_NOCOUNT 'void eventfd_signal\(struct eventfd_ctx \*ctx\)' linux/eventfd.h
 # de4eda9de2d9 ("use less confusing names for iov_iter direction initializers")
 probe HAVE_ITER_DEST '#define ITER_DEST' linux/uio.h
+# 6.10 added alloc_netdev_dummy(); before it, init_dummy_netdev() set up
+# a device in the caller's memory.
+probe HAVE_ALLOC_NETDEV_DUMMY 'struct net_device \*alloc_netdev_dummy\(' linux/netdevice.h

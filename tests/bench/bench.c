@@ -1193,45 +1193,6 @@ static void *diag_reaper(void *p)
 	return NULL;
 }
 
-/* A byte each way over a loopback TCP pair, on every CPU in turn. */
-static void poke_cpus(void)
-{
-	cpu_set_t old, one;
-	long cpu;
-
-	sched_getaffinity(0, sizeof(old), &old);
-	for (cpu = 0; cpu < ncpus; cpu++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET };
-		socklen_t len = sizeof(sa);
-		int l, cl, sv;
-		char b = 0;
-
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
-			continue;
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (l >= 0 && cl >= 0 && !bind(l, (void *)&sa, len) &&
-		    !listen(l, 1) && !getsockname(l, (void *)&sa, &len) &&
-		    !connect(cl, (void *)&sa, len)) {
-			sv = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-			if (sv >= 0) {
-				if (write(cl, &b, 1) == 1 && read(sv, &b, 1) == 1 &&
-				    write(sv, &b, 1) == 1 && read(cl, &b, 1) == 1)
-					b = 0;
-				close(sv);
-			}
-		}
-		if (l >= 0)
-			close(l);
-		if (cl >= 0)
-			close(cl);
-	}
-	sched_setaffinity(0, sizeof(old), &old);
-}
-
 static void diag(struct conn *c, int si, int sync)
 {
 	u64 size = sizes[si], budget = size < 64 * KiB ? opt.budget_small : opt.budget;
@@ -1270,15 +1231,8 @@ static void diag(struct conn *c, int si, int sync)
 	}
 	conn_wait(c);
 	t1 = now_s();
-	/*
-	 * The last skbs may sit on another CPU's defer list until that CPU
-	 * next does network receive work (skb_attempt_defer_free): give every
-	 * CPU some, or the last RELEASED records wait forever on an idle guest.
-	 */
-	for (i = 0; !a.done && i < 5000; i++) {
-		poke_cpus();
+	for (i = 0; !a.done && i < 5000; i++)
 		usleep(1000);
-	}
 	if (!a.done)
 		die("diag: RELEASED records missing after 5 s");
 	pthread_join(th, NULL);

@@ -274,13 +274,6 @@ static void collect(struct env *e, int nrec, size_t bytes, double timeout_s)
 				e->nrec += r / sizeof(e->rec[0]);
 		}
 		peer_read(e);
-		/*
-		 * RELEASED waits for the socket buffers to be freed; since 6.1
-		 * one freed on another CPU may sit on that CPU's defer list
-		 * until it runs network receive processing (see poke_cpus).
-		 */
-		if (e->nrec < nrec && e->ngot >= bytes && now_s() > start + 0.2)
-			poke_cpus();
 		if (e->nrec >= nrec && e->ngot >= bytes) {
 			if (!quiet)
 				quiet = now_s() + 0.05;
@@ -386,7 +379,7 @@ static void check_works(struct env *e, const char *what)
 	do
 		ss_counters(e->dev, &cnt);
 	while ((cnt.mem_in_use || cnt.completed != cnt.submitted) && now_s() < end &&
-	       (poke_cpus(), !usleep(1000)));
+	       !usleep(1000));
 	CHECK(!cnt.mem_in_use && cnt.completed == cnt.submitted && !cnt.cqes_pending,
 	      "%s: counters: submitted %llu completed %llu mem %llu pending %llu", what,
 	      (unsigned long long)cnt.submitted, (unsigned long long)cnt.completed,

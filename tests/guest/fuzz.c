@@ -1224,7 +1224,6 @@ int main(int argc, char **argv)
 	for (end = now_s() + 30; now_s() < end;) {
 		if (!ss_stat("pool_bytes") && !ss_stat("contexts"))
 			break;
-		poke_cpus();
 		usleep(20000);
 	}
 	for (i = 0; i < 4; i++) {

@@ -308,7 +308,6 @@ static void *reaper(void *arg)
 		}
 		if (checked == atomic_load(&nseq) || now_s() > t_end + 60)
 			break;
-		poke_cpus();	/* 6.1: pages parked on another CPU's defer list */
 	}
 	return NULL;
 }
@@ -388,11 +387,9 @@ static int child(struct result *res)
 	      (unsigned long long)verified, (unsigned long long)atomic_load(&nbytes));
 	/* Requests that did not ask for RELEASED may still hold pages: wait. */
 	t_end = now_s() + 30;
-	do {
+	do
 		ss_counters(dev, &c);
-		if (c.mem_in_use)
-			poke_cpus();
-	} while (c.mem_in_use && now_s() < t_end && !usleep(10000));
+	while (c.mem_in_use && now_s() < t_end && !usleep(10000));
 	CHECK(c.submitted == atomic_load(&nseq) && c.completed == c.submitted &&
 	      !c.failed && c.bytes_sent == atomic_load(&nbytes) && !c.mem_in_use &&
 	      !c.cqes_pending,

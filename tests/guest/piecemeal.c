@@ -72,10 +72,8 @@ static int wait_done(struct submitter *s, double secs)
 {
 	double end = now_s() + secs;
 
-	while (!s->done && now_s() < end) {
-		poke_cpus();
+	while (!s->done && now_s() < end)
 		usleep(10000);
-	}
 	return s->done;
 }
 

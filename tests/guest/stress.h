@@ -71,7 +71,6 @@ static inline int module_idle(long long contexts, double timeout_s)
 				r, b, p, c, contexts);
 			return 0;
 		}
-		poke_cpus();
 		usleep(20000);
 	}
 }

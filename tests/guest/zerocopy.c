@@ -31,7 +31,6 @@ static int released(int dev, uint64_t id, int wait_ms, int copied)
 			      "SENT res %lld flags %#x, COPIED expected %d",
 			      (long long)cqe[i].res, cqe[i].flags, copied);
 		}
-		poke_cpus();
 	} while (now_s() < end);
 	return 0;
 }

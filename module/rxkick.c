@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kicking network receive processing on every CPU.
+ *
+ * Since 6.1 a socket buffer freed on another CPU than the one that
+ * allocated it may wait on that CPU's defer list until the CPU next runs
+ * network receive processing (skb_attempt_defer_free()); the kernel only
+ * interrupts the CPU once the list is half full.  Over loopback and veth it
+ * is the receiving socket that frees the buffers holding our pages, so on a
+ * quiet connection a request's last pages could stay there for good: no
+ * RELEASED record, and no memory for the next submission.  When the reaper
+ * sees no page come back for a while it calls ss_rx_kick(), which schedules
+ * a NAPI context of a dummy device on every online CPU; the NET_RX softirq
+ * that runs it frees the defer list first.
+ */
+#include <linux/cpu.h>
+#include <linux/netdevice.h>
+#include <linux/percpu.h>
+#include <linux/workqueue.h>
+
+#include "ss.h"
+
+struct ss_rx_kick {
+	struct napi_struct napi;
+	struct work_struct work;
+};
+
+static struct net_device *ss_kick_dev;
+static struct ss_rx_kick __percpu *ss_kicks;
+
+static int ss_rx_kick_poll(struct napi_struct *napi, int budget)
+{
+	napi_complete_done(napi, 0);
+	return 0;
+}
+
+/* Runs on the CPU to kick: schedule its NAPI context there. */
+static void ss_rx_kick_fn(struct work_struct *work)
+{
+	struct ss_rx_kick *k = container_of(work, struct ss_rx_kick, work);
+
+	local_bh_disable();
+	napi_schedule(&k->napi);
+	local_bh_enable();	/* runs the softirq */
+}
+
+void ss_rx_kick(void)
+{
+	unsigned int cpu;
+
+	cpus_read_lock();
+	for_each_online_cpu(cpu)
+		queue_work_on(cpu, system_highpri_wq,
+			      &per_cpu_ptr(ss_kicks, cpu)->work);
+	cpus_read_unlock();
+	atomic64_inc(&ss_stats[SS_RX_KICKS]);
+}
+
+int ss_rx_kick_init(void)
+{
+	unsigned int cpu;
+
+	ss_kick_dev = alloc_netdev_dummy(0);
+	if (!ss_kick_dev)
+		return -ENOMEM;
+	ss_kicks = alloc_percpu(struct ss_rx_kick);
+	if (!ss_kicks) {
+		stablesend_free_netdev_dummy(ss_kick_dev);
+		return -ENOMEM;
+	}
+	for_each_possible_cpu(cpu) {
+		struct ss_rx_kick *k = per_cpu_ptr(ss_kicks, cpu);
+
+		INIT_WORK(&k->work, ss_rx_kick_fn);
+		netif_napi_add(ss_kick_dev, &k->napi, ss_rx_kick_poll);
+		napi_enable(&k->napi);
+	}
+	return 0;
+}
+
+/* After the reaper has stopped: nothing queues kicks any more. */
+void ss_rx_kick_exit(void)
+{
+	unsigned int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct ss_rx_kick *k = per_cpu_ptr(ss_kicks, cpu);
+
+		cancel_work_sync(&k->work);
+		napi_disable(&k->napi);
+		__netif_napi_del(&k->napi);
+	}
+	synchronize_net();
+	free_percpu(ss_kicks);
+	stablesend_free_netdev_dummy(ss_kick_dev);
+}

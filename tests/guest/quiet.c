@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Quiet connections: pages come back, RELEASED records arrive and waiting
+ * submissions get their memory with no other traffic anywhere.
+ *
+ * Since 6.1 a socket buffer freed on another CPU than the one that
+ * allocated it may wait on that CPU's defer list until the CPU next runs
+ * network receive processing, which on an idle machine can be never.  Over
+ * loopback the receiver frees the buffers holding the module's pages, so
+ * the module has to kick the CPUs itself (module/rxkick.c).  Here every
+ * buffer takes that path: the module's transmit worker is confined to CPU
+ * 0 (the unbound workqueue cpumask) and the receiver to CPU 1.  Nothing in
+ * this test pokes the network.
+ * test-timeout: 60
+ */
+#include "common.h"
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+
+#define WQ_MASK	"/sys/devices/virtual/workqueue/cpumask"
+#define REQ_LEN	(64 << 10)
+#define NREQ	4
+#define LIMIT	(NREQ * REQ_LEN)
+
+static char old_mask[256];
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ok;
+
+	if (fd < 0)
+		return -1;
+	ok = write(fd, s, strlen(s)) == (ssize_t)strlen(s);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+static void restore_mask(void)
+{
+	if (old_mask[0])
+		write_str(WQ_MASK, old_mask);
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "blocking SEND still waiting for memory after 20 s\n";
+
+	(void)sig;
+	restore_mask();
+	if (write(2, msg, sizeof(msg) - 1) < 0)
+		_exit(2);
+	_exit(1);
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	REQUIRE(sched_setaffinity(0, sizeof(set), &set) == 0, "pin to CPU %d", cpu);
+}
+
+static const unsigned char *file_bytes;
+static int rx_sock;
+static volatile int rx_bad;
+
+/* What the three phases below send, in order: [offset, length). */
+static const size_t segs[][2] = {
+	{ 0, LIMIT }, { LIMIT, LIMIT }, { REQ_LEN, LIMIT },
+};
+
+/* The receiver, on CPU 1: reads and checks everything, as it arrives. */
+static void *receiver(void *arg)
+{
+	unsigned char *buf = malloc(LIMIT);
+	size_t i;
+
+	(void)arg;
+	if (!buf)
+		return (void *)1;
+	for (i = 0; i < sizeof(segs) / sizeof(segs[0]); i++) {
+		if (read_full(rx_sock, buf, segs[i][1]) != segs[i][1] ||
+		    memcmp(buf, file_bytes + segs[i][0], segs[i][1]))
+			rx_bad = 1;
+	}
+	free(buf);
+	return NULL;
+}
+
+int main(void)
+{
+	struct stablesend_req reqs[NREQ], one;
+	struct stablesend_cqe cqe[2 * NREQ];
+	size_t fsize = 2 * LIMIT, i;
+	int dev, file, c, s, got, sent = 0, released = 0, fd;
+	pthread_t rt;
+	long long kicks;
+	unsigned char *a;
+	ssize_t n;
+	double t;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("SKIP: needs two CPUs\n");
+		return SKIP;
+	}
+	fd = open(WQ_MASK, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, old_mask, sizeof(old_mask) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0 || geteuid() != 0) {
+		old_mask[0] = 0;
+		printf("SKIP: needs root and %s\n", WQ_MASK);
+		return SKIP;
+	}
+	atexit(restore_mask);
+	REQUIRE(write_str(WQ_MASK, "1") == 0, "confine unbound workqueues to CPU 0");
+	pin(1);
+
+	a = malloc(fsize);
+	REQUIRE(a, "malloc");
+	for (i = 0; i < fsize; i++)
+		a[i] = (unsigned char)(i * 13 + i / 509);
+	file = temp_file(0, 0);
+	write_full(file, a, fsize, 0);
+	dev = ss_dev();
+	REQUIRE(ss_setup(dev, -1, LIMIT) == 0, "SETUP");
+	tcp_pair(AF_INET, &c, &s);
+	kicks = ss_stat("rx_kicks");
+	file_bytes = a;
+	rx_sock = s;
+	REQUIRE(pthread_create(&rt, NULL, receiver, NULL) == 0, "pthread_create");
+
+	/* Every page of the open in flight, each request asking for RELEASED. */
+	for (i = 0; i < NREQ; i++) {
+		reqs[i] = ss_req(file, c, i * REQ_LEN, REQ_LEN, i);
+		reqs[i].flags = STABLESEND_REQ_NOTIFY_RELEASE;
+	}
+	REQUIRE(ss_submit(dev, reqs, NREQ) == NREQ, "SUBMIT");
+	t = now_s();
+	got = ss_reap(dev, cqe, 2 * NREQ, 10000);
+	for (i = 0; i < (size_t)got; i++) {
+		if (cqe[i].flags & STABLESEND_CQE_RELEASED)
+			released++;
+		else if (cqe[i].flags & STABLESEND_CQE_SENT &&
+			 cqe[i].res == REQ_LEN)
+			sent++;
+	}
+	CHECK(sent == NREQ && released == NREQ,
+	      "%d SENT and %d RELEASED of %d each within 10 s", sent, released,
+	      NREQ);
+	printf("RELEASED records after %.3f s\n", now_s() - t);
+
+	/* The open's memory is all back: a blocking send must not wait. */
+	one = ss_req(file, c, LIMIT, LIMIT, 99);
+	signal(SIGALRM, on_alarm);
+	alarm(20);
+	REQUIRE(ss_send(dev, &one) == LIMIT, "SEND of the whole limit");
+
+	/* Again: this one needs the pages of the last one back. */
+	one = ss_req(file, c, REQ_LEN, LIMIT, 100);
+	t = now_s();
+	REQUIRE(ss_send(dev, &one) == LIMIT, "SEND waiting for memory");
+	alarm(0);
+	printf("blocking SEND got its memory after %.3f s\n", now_s() - t);
+	REQUIRE(pthread_join(rt, NULL) == 0, "pthread_join");
+	CHECK(!rx_bad, "received bytes differ from the file");
+	printf("rx_kicks: %lld\n", ss_stat("rx_kicks") - kicks);
+
+	CHECK(ss_drained(10), "pages still in flight after 10 s");
+	close(c);
+	close(s);
+	close(dev);
+	return test_result();
+}
