@@ -13,9 +13,11 @@
 
 #ifdef HAVE_KERNEL_SENDPAGE
 /*
- * Send what @msg's ITER_SOURCE bvec iterator holds, one page at a time, by
- * reference.  Same contract as sock_sendmsg() with MSG_SPLICE_PAGES: bytes
- * accepted, or a negative errno when nothing was.
+ * Send what @msg's ITER_SOURCE bvec iterator holds, by reference.  Plain
+ * TCP takes each bvec entry (a compound page of up to 64 KiB) in one call,
+ * which it keeps as one frag; the other protocols get one page at a time.
+ * Same contract as sock_sendmsg() with MSG_SPLICE_PAGES: bytes accepted, or
+ * a negative errno when nothing was.
  */
 int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 {
@@ -29,14 +31,19 @@ int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 	while (iov_iter_count(it)) {
 		const struct bio_vec *bv = it->bvec;
 		size_t off = bv->bv_offset + it->iov_offset;
-		size_t len = min3(bv->bv_len - it->iov_offset,
-				  PAGE_SIZE - offset_in_page(off),
-				  iov_iter_count(it));
+		size_t len = min(bv->bv_len - it->iov_offset, iov_iter_count(it));
+		struct page *page = bv->bv_page;
 		int f = flags;
 		int ret;
 
+		if (!tcp) {
+			page += off / PAGE_SIZE;
+			off = offset_in_page(off);
+			len = min(len, PAGE_SIZE - off);
+		}
+
 		/*
-		 * Between pages, plain TCP gets MSG_SENDPAGE_NOTLAST (as
+		 * Between calls, plain TCP gets MSG_SENDPAGE_NOTLAST (as
 		 * sendfile does), or every page is pushed as its own small
 		 * segment (6.1 over veth: 0.17x sendfile).  TCP pushes before
 		 * it gives up for lack of space, so nothing stays corked.
@@ -50,8 +57,7 @@ int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 			if (tcp)
 				f |= MSG_SENDPAGE_NOTLAST;
 		}
-		ret = kernel_sendpage(sock, bv->bv_page + off / PAGE_SIZE,
-				      offset_in_page(off), len, f);
+		ret = kernel_sendpage(sock, page, off, len, f);
 		if (ret <= 0)
 			return sent ? sent : ret;
 		iov_iter_advance(it, ret);
