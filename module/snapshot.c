@@ -79,8 +79,7 @@ static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
  */
 static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 {
-	struct page *page, *tmp;
-	LIST_HEAD(trim);
+	struct page *page;
 	unsigned int o;
 	gfp_t gfp;
 
@@ -89,21 +88,20 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	if (page) {
 		list_del(&page->lru);
 		ctx->pooled -= PAGE_SIZE << order;
+		spin_unlock(&ctx->lock);
+		return page;
 	}
-	for (o = 0; !page && o <= SS_CHUNK_ORDER; o++) {
+	/* Gone before the lock is dropped: no thread of the open counts on them. */
+	for (o = 0; o <= SS_CHUNK_ORDER; o++) {
 		while (ctx->mem_used + ctx->pooled > ctx->mem_limit &&
 		       !list_empty(&ctx->pool[o])) {
-			list_move(ctx->pool[o].next, &trim);
+			page = list_first_entry(&ctx->pool[o], struct page, lru);
+			list_del(&page->lru);
 			ctx->pooled -= PAGE_SIZE << o;
+			ss_free_page(page);
 		}
 	}
 	spin_unlock(&ctx->lock);
-	if (page)
-		return page;
-	list_for_each_entry_safe(page, tmp, &trim, lru) {
-		list_del(&page->lru);
-		ss_free_page(page);
-	}
 
 	/*
 	 * Fail instead of invoking the OOM killer when the cgroup is full: the
@@ -441,8 +439,9 @@ unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished)
 
 /*
  * Give the request's pages up to entry @end back to the pool (or the page
- * allocator, past the limit or once the open is closed) and their
- * reservation to the open.  Returns the bytes of reservation given back.
+ * allocator once the open is closed) and their reservation to the open.
+ * Pooling does not change what the open holds; ss_get_page() trims the
+ * pool before it allocates.  Returns the bytes of reservation given back.
  */
 u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 {
@@ -468,9 +467,7 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 
 		page = req->bvec[i].bv_page;
 		order = compound_order(page);
-		if (!ctx->closed &&
-		    ctx->mem_used + ctx->pooled + (PAGE_SIZE << order) <=
-		    ctx->mem_limit) {
+		if (!ctx->closed) {
 			list_add(&page->lru, &ctx->pool[order]);
 			ctx->pooled += PAGE_SIZE << order;
 		} else {

@@ -9,7 +9,8 @@
  * each asynchronous request gets exactly one SENT record with its full
  * size, and one RELEASED record exactly when it asked.  Meanwhile each
  * open's COUNTERS must keep mem_in_use and mem_peak within its limit, and
- * the module's bytes_in_flight within the sum of the limits.  At the end
+ * the module's bytes_in_flight and pool_bytes (every page it owns) within
+ * the sum of the limits.  At the end
  * every count is back to zero.
  *
  * test-timeout: 400
@@ -417,7 +418,7 @@ static int child(struct result *res)
 int main(void)
 {
 	struct result *res;
-	long long ctx0, bif, bif_max = 0, pool_max = 0;
+	long long ctx0, bif, bif_max = 0, pool, pool_max = 0;
 	double t0, budget = budget_s(75);
 	pid_t pid[NPROC];
 	int i, running = NPROC, f;
@@ -460,8 +461,10 @@ int main(void)
 		CHECK(bif <= (long long)(NPROC * LIMIT), "bytes_in_flight %lld over %d limits",
 		      bif, NPROC);
 		bif_max = bif > bif_max ? bif : bif_max;
-		if (ss_stat("pool_bytes") > pool_max)
-			pool_max = ss_stat("pool_bytes");
+		pool = ss_stat("pool_bytes");
+		CHECK(pool <= (long long)(NPROC * LIMIT), "pool_bytes %lld over %d limits",
+		      pool, NPROC);
+		pool_max = pool > pool_max ? pool : pool_max;
 		usleep(5000);
 	}
 	for (i = 0; i < NPROC; i++) {
