@@ -163,6 +163,35 @@ static inline void ss_counters(int dev, struct stablesend_counters *c)
 	REQUIRE(ioctl(dev, STABLESEND_IOC_COUNTERS, c) == 0, "COUNTERS");
 }
 
+/* Write @val to a sysfs/procfs/cgroup file: 0, or -1 if not all of it went. */
+static inline int write_str(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ok;
+
+	if (fd < 0)
+		return -1;
+	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+/* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
+static inline int read_str(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t r;
+
+	if (fd < 0)
+		return -1;
+	r = read(fd, buf, n - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
 /* Module-wide counter from /sys/class/misc/stablesend/stats/. */
 static inline long long ss_stat(const char *name)
 {

@@ -81,18 +81,6 @@ static long long cg_read(const char *file, const char *key)
 	return -1;
 }
 
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = write(fd, s, strlen(s));
-	close(fd);
-	return n == (ssize_t)strlen(s) ? 0 : -1;
-}
-
 static int cg_write(const char *file, long long v)
 {
 	char path[256], buf[32];

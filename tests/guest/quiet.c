@@ -25,17 +25,6 @@
 
 static char old_mask[256];
 
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), ok;
-
-	if (fd < 0)
-		return -1;
-	ok = write(fd, s, strlen(s)) == (ssize_t)strlen(s);
-	close(fd);
-	return ok ? 0 : -1;
-}
-
 static void restore_mask(void)
 {
 	if (old_mask[0])
@@ -94,22 +83,18 @@ int main(void)
 	struct stablesend_req reqs[NREQ], one;
 	struct stablesend_cqe cqe[2 * NREQ];
 	size_t fsize = 2 * LIMIT, i;
-	int dev, file, c, s, got, sent = 0, released = 0, fd;
+	int dev, file, c, s, got, sent = 0, released = 0;
 	pthread_t rt;
 	long long kicks;
 	unsigned char *a;
-	ssize_t n;
 	double t;
 
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
 		printf("SKIP: needs two CPUs\n");
 		return SKIP;
 	}
-	fd = open(WQ_MASK, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, old_mask, sizeof(old_mask) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0 || geteuid() != 0) {
+	if (read_str(WQ_MASK, old_mask, sizeof(old_mask)) || !old_mask[0] ||
+	    geteuid() != 0) {
 		old_mask[0] = 0;
 		printf("SKIP: needs root and %s\n", WQ_MASK);
 		return SKIP;
