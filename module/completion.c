@@ -158,9 +158,12 @@ static void ss_reaper_fn(struct work_struct *work)
 	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight) {
 		unsigned int freed = req->nr_freed;
 
-		if (ss_req_reap(req))
+		if (ss_req_reap(req)) {
 			list_add_tail(&req->inflight, &idle);
-		moved |= req->nr_freed != freed || !list_empty(&idle);
+			moved = true;
+		} else {
+			moved |= req->nr_freed != freed;
+		}
 	}
 	more = !list_empty(&ss_inflight);
 	spin_unlock(&ss_inflight_lock);
