@@ -521,7 +521,7 @@ SS_DEBUG_SCALE=${STABLESEND_DEBUG_SCALE:-4}
 # "RUN name T" allows T + 60 s, any other verdict 120 s until the next.
 # SS_KILLED=1 when the watchdog had to kill the guest.
 #
-# A stock kernel that dies in its own boot, before init runs and so before
+# A kernel that dies in its own boot, before init runs and so before
 # the module is loaded, is booted once more, and the harness says so: TCG
 # on a loaded host rarely makes a boot-time code patch trip (seen once on
 # 7.3.4: "Oops: int3" in a static-key site at 1.4 s, four guests on two
