@@ -261,6 +261,21 @@ static inline int ss_drained(double timeout_s)
 	return 0;
 }
 
+/*
+ * The contexts that are not this test's: 0 unless another process holds
+ * the device open.  An earlier test's open goes a little after its last
+ * request stops counting as in flight (its pool is freed first; tens of ms
+ * on the debug kernel), so wait a while for 0 before taking the count.
+ */
+static inline long long ss_contexts_baseline(void)
+{
+	double end = now_s() + 5;
+
+	while (ss_stat("contexts") > 0 && now_s() < end)
+		usleep(10000);
+	return ss_stat("contexts");
+}
+
 /* A connected TCP pair over loopback (@family AF_INET or AF_INET6). */
 static inline void tcp_pair(int family, int *client, int *server)
 {

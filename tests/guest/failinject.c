@@ -810,7 +810,7 @@ int main(void)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	CHECK(ss_drained(10), "pages in flight before the test");
-	ctx0 = ss_stat("contexts");
+	ctx0 = ss_contexts_baseline();
 	usercopy = !access(DBG "fail_usercopy", F_OK);
 	file = pattern_file(FSIZE, FSEED);
 	fcopy = malloc(FSIZE);

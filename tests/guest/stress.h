@@ -77,8 +77,9 @@ static inline int module_idle(long long contexts, double timeout_s)
 
 /*
  * Start of a stress test: line-buffered output, SKIP without the device,
- * no SIGPIPE, nothing in flight from earlier tests.  Returns the number
- * of contexts open now, for module_idle() at the end.
+ * no SIGPIPE, nothing in flight from earlier tests.  Returns the contexts
+ * that are not this test's (ss_contexts_baseline), for module_idle() at
+ * the end.
  */
 static inline long long stress_begin(void)
 {
@@ -87,7 +88,7 @@ static inline long long stress_begin(void)
 		exit(SKIP);
 	signal(SIGPIPE, SIG_IGN);
 	CHECK(ss_drained(10), "pages in flight before the test");
-	return ss_stat("contexts");
+	return ss_contexts_baseline();
 }
 
 /* A uniformly random 64-bit value from @seed (xorshift64*). */
