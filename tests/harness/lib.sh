@@ -521,11 +521,12 @@ SS_DEBUG_SCALE=${STABLESEND_DEBUG_SCALE:-4}
 # "RUN name T" allows T + 60 s, any other verdict 120 s until the next.
 # SS_KILLED=1 when the watchdog had to kill the guest.
 #
-# A kernel that dies in its own boot, before init runs and so before
+# A stock kernel that dies in its own boot, before init runs and so before
 # the module is loaded, is booted once more, and the harness says so: TCG
 # on a loaded host rarely makes a boot-time code patch trip (seen once on
 # 7.3.4: "Oops: int3" in a static-key site at 1.4 s, four guests on two
-# cores).  A second death counts, as does everything after "BOOT".
+# cores).  A second death counts, as does everything after "BOOT".  The
+# debug kernel gets no second boot: its splats are the detectors' findings.
 #
 # The guest gets two virtio-net NICs, a real driver's transmit path: tap
 # backends (with virtio-net headers, so the NICs offer scatter-gather and
@@ -559,6 +560,7 @@ ss_boot() {
 	local w=$1 splat
 	ss_boot_once "$@"
 	grep -q '^BOOT' "$w/results.log" && return
+	[[ -e ${2%/boot/*}/stablesend-debug ]] && return
 	splat=$(tr -d '\r' <"$w/console.log" | grep -m 1 -E 'Kernel panic|BUG:|WARNING:|Oops') || return 0
 	mv "$w/console.log" "$w/console-first-boot.log"
 	ss_say "harness: the kernel died in its own boot, before init ran ($splat; console kept in $w/console-first-boot.log); booting it once more"
