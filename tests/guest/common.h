@@ -261,6 +261,17 @@ static inline int ss_drained(double timeout_s)
 	return 0;
 }
 
+/* Wait up to @timeout_s for module statistic @name to read @want; its last value. */
+static inline long long ss_stat_wait(const char *name, long long want,
+				     double timeout_s)
+{
+	double end = now_s() + timeout_s;
+
+	while (ss_stat(name) != want && now_s() < end)
+		usleep(10000);
+	return ss_stat(name);
+}
+
 /*
  * The contexts that are not this test's: 0 unless another process holds
  * the device open.  An earlier test's open goes a little after its last
@@ -269,11 +280,7 @@ static inline int ss_drained(double timeout_s)
  */
 static inline long long ss_contexts_baseline(void)
 {
-	double end = now_s() + 5;
-
-	while (ss_stat("contexts") > 0 && now_s() < end)
-		usleep(10000);
-	return ss_stat("contexts");
+	return ss_stat_wait("contexts", 0, 5);
 }
 
 /* A connected TCP pair over loopback (@family AF_INET or AF_INET6). */

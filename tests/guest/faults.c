@@ -371,12 +371,9 @@ static void peer_closes(int fa, int fb, int reap)
  */
 static void contexts_settle(long long want, const char *when)
 {
-	double end = now_s() + 10;
+	long long now = ss_stat_wait("contexts", want, 10);
 
-	while (ss_stat("contexts") != want && now_s() < end)
-		usleep(10000);
-	CHECK(ss_stat("contexts") == want, "contexts %lld %s, expected %lld",
-	      ss_stat("contexts"), when, want);
+	CHECK(now == want, "contexts %lld %s, expected %lld", now, when, want);
 }
 
 /* 3. A process with requests in flight is killed; @ctx0: contexts now. */
