@@ -54,7 +54,8 @@
  * (EINVAL for a buffer smaller than one record), blocking unless the fd is
  * non-blocking (EAGAIN).  poll(2) reports EPOLLIN while completions are
  * queued and EPOLLOUT while snapshot memory is below the limit.  The
- * eventfd, if any, is signalled once per completion record.
+ * eventfd, if any, is signalled once per completion record, just after
+ * the record is queued: a reader may see a record before its count.
  *
  * Errors of a submission (returned by the ioctl):
  *	EBADF	file_fd or sock_fd is not open, or the file is not open for
