@@ -318,12 +318,26 @@ static inline void unix_pair(int *a, int *b)
 }
 
 /* Read exactly @n bytes; returns bytes read (less on EOF or error). */
+/*
+ * Read @n bytes, or until EOF or an error; short when nothing arrives for
+ * 60 s (x4 on the debug kernel), saying so, where a test would hang.
+ */
 static inline size_t read_full(int fd, void *buf, size_t n)
 {
+	int wait_s = 60 * ss_debug_scale(4);
 	size_t got = 0;
 
 	while (got < n) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, wait_s * 1000) == 0) {
+			fprintf(stderr, "read_full: nothing on fd %d for %d s after %zu of %zu bytes; module: %lld requests, %lld bytes in flight\n",
+				fd, wait_s, got, n, ss_stat("requests_in_flight"),
+				ss_stat("bytes_in_flight"));
+			break;
+		}
+		r = read(fd, (char *)buf + got, n - got);
 
 		if (r < 0 && errno == EINTR)
 			continue;

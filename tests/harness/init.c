@@ -271,6 +271,53 @@ static void dump_stacks(pid_t sid)
 		closedir(proc);
 }
 
+/*
+ * And what the module and the network stack hold: stablesend's counters,
+ * every TCP socket's queues, and any task (a kworker sending, say) whose
+ * kernel stack is in the module.
+ */
+static void dump_module_state(void)
+{
+	static const char *const stats = "/sys/class/misc/stablesend/stats";
+	DIR *d = opendir(stats);
+	struct dirent *e;
+	char path[600], stack[4096];
+	int fd, n;
+
+	dprintf(output, "--- harness: timeout, stablesend stats:");
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", stats, e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, stack, 32);
+		if (fd >= 0)
+			close(fd);
+		stack[n > 0 ? n - 1 : 0] = 0;	/* drops the newline */
+		dprintf(output, " %s %s", e->d_name, stack);
+	}
+	if (d)
+		closedir(d);
+	dprintf(output, "\n--- harness: timeout, /proc/net/tcp and tcp6:\n");
+	cat_to_output("/proc/net/tcp");
+	cat_to_output("/proc/net/tcp6");
+	d = opendir("/proc");
+	while (d && (e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/%s/stack", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, stack, sizeof(stack) - 1);
+		close(fd);
+		stack[n > 0 ? n : 0] = 0;
+		if (strstr(stack, "[stablesend]"))
+			dprintf(output, "--- harness: timeout, in the module: task %s\n%s",
+				e->d_name, stack);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* 1 when pid exited before deadline (its wait status in *status). */
 static int wait_until(pid_t pid, int pidfd, double deadline, int *status)
 {
@@ -318,6 +365,7 @@ static int run_with_timeout(char *const argv[], const char *cwd, int timeout)
 	pidfd = syscall(SYS_pidfd_open, pid, 0);
 	if (!wait_until(pid, pidfd, now() + timeout, &status)) {
 		dump_stacks(pid);
+		dump_module_state();
 		kill(-pid, SIGKILL);
 		if (!wait_until(pid, pidfd, now() + 10, &status))
 			dprintf(output, "--- harness: pid %d survived SIGKILL for 10 s\n", pid);
