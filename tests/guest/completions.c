@@ -252,6 +252,10 @@ static void stalled_peer_isolated(void)
 	while (done2 < 4 && now_s() < end) {
 		struct pollfd p = { .fd = s2, .events = POLLIN };
 
+		/*
+		 * Poll: the last bytes can arrive before their request's
+		 * record is queued, and a read() then would wait for good.
+		 */
 		if (poll(&p, 1, 1000) < 0 ||
 		    (p.revents && read(s2, buf, 1 << 20) <= 0))
 			break;
