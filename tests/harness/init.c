@@ -230,6 +230,20 @@ static void cat_to_output(const char *path)
 	close(fd);
 }
 
+/* @path's first @size - 1 bytes, NUL-terminated; its length, or -1. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), n;
+
+	buf[0] = 0;
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
 /*
  * Where a timed-out test hangs: the kernel stack of every thread of every
  * process in its session, before it is killed.
@@ -239,16 +253,12 @@ static void dump_stacks(pid_t sid)
 	DIR *proc = opendir("/proc"), *task;
 	struct dirent *p, *t;
 	char path[600], stat[512], *end;
-	int fd, n, s;
+	int s;
 
 	while (proc && (p = readdir(proc))) {
 		snprintf(path, sizeof(path), "/proc/%s/stat", p->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
+		if (read_small(path, stat, sizeof(stat)) < 0)
 			continue;
-		n = read(fd, stat, sizeof(stat) - 1);
-		close(fd);
-		stat[n > 0 ? n : 0] = 0;
 		end = strrchr(stat, ')');
 		/* ") state ppid pgrp session" */
 		if (!end || sscanf(end + 1, " %*c %*d %*d %d", &s) != 1 || s != sid)
@@ -282,17 +292,14 @@ static void dump_module_state(void)
 	DIR *d = opendir(stats);
 	struct dirent *e;
 	char path[600], stack[4096];
-	int fd, n;
+	int n;
 
 	dprintf(output, "--- harness: timeout, stablesend stats:");
 	while (d && (e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", stats, e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		n = fd < 0 ? -1 : read(fd, stack, 32);
-		if (fd >= 0)
-			close(fd);
+		n = read_small(path, stack, 32);
 		stack[n > 0 ? n - 1 : 0] = 0;	/* drops the newline */
 		dprintf(output, " %s %s", e->d_name, stack);
 	}
@@ -304,13 +311,8 @@ static void dump_module_state(void)
 	d = opendir("/proc");
 	while (d && (e = readdir(d))) {
 		snprintf(path, sizeof(path), "/proc/%s/stack", e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		n = read(fd, stack, sizeof(stack) - 1);
-		close(fd);
-		stack[n > 0 ? n : 0] = 0;
-		if (strstr(stack, "[stablesend]"))
+		if (read_small(path, stack, sizeof(stack)) > 0 &&
+		    strstr(stack, "[stablesend]"))
 			dprintf(output, "--- harness: timeout, in the module: task %s\n%s",
 				e->d_name, stack);
 	}
