@@ -283,6 +283,32 @@ static inline long long ss_contexts_baseline(void)
 	return ss_stat_wait("contexts", 0, 5);
 }
 
+/*
+ * Sum of eventfd @efd's counts until it reaches @want (@timeout_s at most),
+ * and what comes in 100 ms more, to catch a surplus; efd_read() is one
+ * count, or 0 when none comes within @wait_ms.  A count lands just after its
+ * completion record is queued, so it can trail a record already reaped.
+ */
+static inline uint64_t efd_read(int efd, int wait_ms)
+{
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	uint64_t v;
+
+	if (poll(&p, 1, wait_ms) == 1 && read(efd, &v, sizeof(v)) == sizeof(v))
+		return v;
+	return 0;
+}
+
+static inline uint64_t efd_count(int efd, uint64_t want, double timeout_s)
+{
+	double end = now_s() + timeout_s;
+	uint64_t sum = 0;
+
+	while (sum < want && now_s() < end)
+		sum += efd_read(efd, 100);
+	return sum + efd_read(efd, 100);
+}
+
 /* A connected TCP pair over loopback (@family AF_INET or AF_INET6). */
 static inline void tcp_pair(int family, int *client, int *server)
 {
@@ -317,7 +343,6 @@ static inline void unix_pair(int *a, int *b)
 	*b = sv[1];
 }
 
-/* Read exactly @n bytes; returns bytes read (less on EOF or error). */
 /*
  * Read @n bytes, or until EOF or an error; short when nothing arrives for
  * 60 s (x4 on the debug kernel), saying so, where a test would hang.

@@ -117,19 +117,9 @@ static void framed_in_order(void)
 	}
 	CHECK(sent == NREQ && released == NREQ, "sent %d released %d", sent,
 	      released);
-	/* The eventfd is signalled just after its record is queued: wait for the last ones. */
-	for (i = 0; i < 50 && ev < 2 * NREQ; i++) {
-		uint64_t more;
-
-		p = (struct pollfd){ .fd = efd, .events = POLLIN };
-		if (poll(&p, 1, 100) == 1 &&
-		    read(efd, &more, sizeof(more)) == sizeof(more))
-			ev += more;
-	}
-	p = (struct pollfd){ .fd = efd, .events = POLLIN };
-	CHECK(ev == 2 * NREQ && poll(&p, 1, 100) == 0,
-	      "eventfd counted %llu%s, want %d", (unsigned long long)ev,
-	      p.revents ? " and more" : "", 2 * NREQ);
+	ev = efd_count(efd, 2 * NREQ, 5);
+	CHECK(ev == 2 * NREQ, "eventfd counted %llu, want %d",
+	      (unsigned long long)ev, 2 * NREQ);
 	ss_counters(dev, &cnt);
 	CHECK(cnt.submitted == NREQ && cnt.completed == NREQ && !cnt.failed &&
 	      cnt.bytes_sent == expect && cnt.cqes_pending == 0 &&
