@@ -291,7 +291,7 @@ static void dump_module_state(void)
 	static const char *const stats = "/sys/class/misc/stablesend/stats";
 	DIR *d = opendir(stats);
 	struct dirent *e;
-	char path[600], stack[4096];
+	char path[600], val[32], stack[4096];
 	int n;
 
 	dprintf(output, "--- harness: timeout, stablesend stats:");
@@ -299,9 +299,9 @@ static void dump_module_state(void)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", stats, e->d_name);
-		n = read_small(path, stack, 32);
-		stack[n > 0 ? n - 1 : 0] = 0;	/* drops the newline */
-		dprintf(output, " %s %s", e->d_name, stack);
+		n = read_small(path, val, sizeof(val));
+		val[n > 0 ? n - 1 : 0] = 0;	/* drops the newline */
+		dprintf(output, " %s %s", e->d_name, val);
 	}
 	if (d)
 		closedir(d);
