@@ -12,9 +12,11 @@
  * a few ticks it kicks every CPU's receive processing (see rxkick.c), at
  * growing intervals while nothing moves.
  */
+#include <linux/cred.h>
 #include <linux/eventfd.h>
 #include <linux/module.h>
 #include <linux/poll.h>
+#include <linux/sched/task.h>
 #include <linux/slab.h>
 
 #include "ss.h"
@@ -58,8 +60,8 @@ static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
 static void ss_req_release(struct ss_req *req)
 {
 	atomic64_sub(ss_req_free_pages(req, req->nr_pages),
-		     &ss_stats[SS_BYTES_IN_FLIGHT]);
-	atomic64_dec(&ss_stats[SS_REQUESTS_IN_FLIGHT]);
+		     &stablesend_stats[SS_BYTES_IN_FLIGHT]);
+	atomic64_dec(&stablesend_stats[SS_REQUESTS_IN_FLIGHT]);
 	if (req->cqe_released)
 		ss_post(req, &req->cqe_released, 0, STABLESEND_CQE_RELEASED);
 	ss_req_put(req);
@@ -79,7 +81,7 @@ static bool ss_req_reap(struct ss_req *req)
 	}
 	if (idle > req->nr_freed)
 		atomic64_sub(ss_req_free_pages(req, idle),
-			     &ss_stats[SS_BYTES_IN_FLIGHT]);
+			     &stablesend_stats[SS_BYTES_IN_FLIGHT]);
 	return false;
 }
 
@@ -89,13 +91,13 @@ void ss_inflight_add(struct ss_req *req)
 	spin_lock(&ss_inflight_lock);
 	list_add_tail(&req->inflight, &ss_inflight);
 	spin_unlock(&ss_inflight_lock);
-	queue_delayed_work(ss_wq, &ss_reaper, 1);
+	queue_delayed_work(stablesend_wq, &ss_reaper, 1);
 }
 
 /* Someone waits for memory: look at the pages now. */
 void ss_reaper_kick(void)
 {
-	mod_delayed_work(ss_wq, &ss_reaper, 0);
+	mod_delayed_work(stablesend_wq, &ss_reaper, 0);
 }
 
 /**
@@ -112,6 +114,13 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	req->res = res;
 	spin_lock(&ctx->lock);
 	list_del_init(&req->ctx_node);
+	/* A SEND that sent nothing is as if never made: no RELEASED either. */
+	if (req->sync && !req->sent && req->cqe_released) {
+		kfree(req->cqe_released);
+		req->cqe_released = NULL;
+		ctx->cq_reserved--;
+		req->cq_charged--;
+	}
 	ctx->stats.completed++;
 	if (res < 0)
 		ctx->stats.failed++;
@@ -121,20 +130,18 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	if (copied)
 		ctx->stats.copied++;
 	spin_unlock(&ctx->lock);
-	atomic64_add(req->sent, &ss_stats[SS_BYTES_SENT]);
+	atomic64_add(req->sent, &stablesend_stats[SS_BYTES_SENT]);
 	if (res < 0)
-		atomic64_inc(&ss_stats[SS_ERRORS]);
+		atomic64_inc(&stablesend_stats[SS_ERRORS]);
 	if (copied)
-		atomic64_inc(&ss_stats[SS_COPIED]);
+		atomic64_inc(&stablesend_stats[SS_COPIED]);
 
-	if (req->sync)
-		complete(&req->done);
-	else
+	if (!req->sync)
 		ss_post(req, &req->cqe_sent, res, STABLESEND_CQE_SENT |
 			(copied ? STABLESEND_CQE_COPIED : 0));
 
+	/* The FIFO's reference; task work may still hold one of its own. */
 	ss_sock_put(req->sock);
-	req->sock = NULL;
 
 	spin_lock(&ss_inflight_lock);
 	req->finished = true;
@@ -183,7 +190,7 @@ static void ss_reaper_fn(struct work_struct *work)
 		ss_req_release(req);
 	}
 	if (more)
-		queue_delayed_work(ss_wq, &ss_reaper, 1);
+		queue_delayed_work(stablesend_wq, &ss_reaper, 1);
 }
 
 void ss_reaper_stop(void)
@@ -204,19 +211,35 @@ void ss_req_put(struct ss_req *req)
 	spin_unlock(&ctx->lock);
 	kfree(req->cqe_sent);
 	kfree(req->cqe_released);
-	kvfree(req);
+	put_cred(req->cred);
+	put_task_struct(req->task);
+	put_pid(req->tgid);
+	kvfree(req->bvec);
+	kfree(req);
 	ss_ctx_put(ctx);
 }
 
-void ss_ctx_release(struct kref *ref)
+static void ss_ctx_free(struct work_struct *work)
 {
-	struct ss_ctx *ctx = container_of(ref, struct ss_ctx, ref);
+	struct ss_ctx *ctx = container_of(work, struct ss_ctx, free_work);
 
 	ss_pool_drain(ctx);
 	if (ctx->evfd)
 		eventfd_ctx_put(ctx->evfd);
-	atomic64_dec(&ss_stats[SS_CONTEXTS]);
+	atomic64_dec(&stablesend_stats[SS_CONTEXTS]);
 	kfree(ctx);
-	/* Callers run in a file's ->release/ioctl or on ss_wq, which exit drains. */
 	module_put(THIS_MODULE);
+}
+
+/*
+ * The context pins the module.  Its last reference may go in task work,
+ * which nothing at module exit waits for, so the module reference is
+ * dropped from stablesend_wq, which exit drains.
+ */
+void ss_ctx_release(struct kref *ref)
+{
+	struct ss_ctx *ctx = container_of(ref, struct ss_ctx, ref);
+
+	INIT_WORK(&ctx->free_work, ss_ctx_free);
+	queue_work(stablesend_wq, &ctx->free_work);
 }

@@ -37,18 +37,18 @@ static int ss_open(struct inode *inode, struct file *file)
 	init_waitqueue_head(&ctx->mem_wait);
 	for (order = 0; order <= SS_CHUNK_ORDER; order++)
 		INIT_LIST_HEAD(&ctx->pool[order]);
-	ctx->mem_limit = min_t(unsigned long, READ_ONCE(ss_default_limit),
+	ctx->mem_limit = min_t(unsigned long, READ_ONCE(stablesend_default_limit),
 			       INT_MAX);
 	/* Requests outlive the fd; the context keeps the module for them. */
 	__module_get(THIS_MODULE);
-	atomic64_inc(&ss_stats[SS_CONTEXTS]);
+	atomic64_inc(&stablesend_stats[SS_CONTEXTS]);
 	file->private_data = ctx;
 	return stream_open(inode, file);
 }
 
 /*
  * Closing cancels what has not started and stops what has after the bytes
- * the socket already took; it never waits for a peer.  Pages still in the
+ * the socket already took; it never waits for a peer or for a sender.  Pages still in the
  * network stack are freed by the reaper once the stack lets go of them.
  */
 static int ss_release(struct inode *inode, struct file *file)
@@ -63,16 +63,14 @@ static int ss_release(struct inode *inode, struct file *file)
 	ctx->closed = true;
 	list_splice_init(&ctx->cq, &records);
 	ctx->cq_nr = 0;
-	list_for_each_entry_safe(req, tmp, &ctx->queued, ctx_node) {
-		if (ss_cancel_req(req))
+	/* A request being sent stays: its sender stops after this sendmsg. */
+	list_for_each_entry_safe(req, tmp, &ctx->queued, ctx_node)
+		if (ss_cancel_req(req) || ss_abort_req(req))
 			list_move_tail(&req->ctx_node, &cancelled);
-		else
-			ss_abort_req(req);
-	}
 	spin_unlock(&ctx->lock);
 
 	list_for_each_entry_safe(req, tmp, &cancelled, ctx_node)
-		ss_req_finish(req, -ECANCELED);
+		ss_req_finish(req, req->sent ?: -ECANCELED);
 	list_for_each_entry_safe(node, ntmp, &records, node)
 		kfree(node);
 	ss_ctx_put(ctx);
@@ -90,10 +88,10 @@ static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
 		return -EFAULT;
 	if (s.flags || s.reserved0 || memchr_inv(s.reserved, 0, sizeof(s.reserved)))
 		return -EINVAL;
-	limit = s.mem_limit ?: READ_ONCE(ss_default_limit);
+	limit = s.mem_limit ?: READ_ONCE(stablesend_default_limit);
 	/* A synchronous result (an int) must hold every byte of a request. */
 	if (limit < PAGE_SIZE ||
-	    limit > min_t(unsigned long, READ_ONCE(ss_max_limit), INT_MAX))
+	    limit > min_t(unsigned long, READ_ONCE(stablesend_max_limit), INT_MAX))
 		return -EINVAL;
 	if (s.eventfd != -1) {
 		evfd = eventfd_ctx_fdget(s.eventfd);
@@ -276,7 +274,7 @@ static struct attribute *ss_stat_attrs[SS_NR_STATS + 1];
 static ssize_t ss_stat_show(struct device *dev, struct device_attribute *attr,
 			    char *buf)
 {
-	long long v = atomic64_read(&ss_stats[attr - ss_stat_dattrs]);
+	long long v = atomic64_read(&stablesend_stats[attr - ss_stat_dattrs]);
 
 	return sysfs_emit(buf, "%lld\n", v);
 }

@@ -8,24 +8,24 @@
 
 #include "ss.h"
 
-unsigned long ss_default_limit = 16UL << 20;
-module_param_named(default_limit, ss_default_limit, ulong, 0644);
+unsigned long stablesend_default_limit = 16UL << 20;
+module_param_named(default_limit, stablesend_default_limit, ulong, 0644);
 MODULE_PARM_DESC(default_limit,
 		 "Snapshot memory per open unless SETUP asks otherwise (bytes)");
 
-unsigned long ss_max_limit = 256UL << 20;
-module_param_named(max_limit, ss_max_limit, ulong, 0644);
+unsigned long stablesend_max_limit = 256UL << 20;
+module_param_named(max_limit, stablesend_max_limit, ulong, 0644);
 MODULE_PARM_DESC(max_limit, "Largest memory limit SETUP may ask for (bytes)");
 
-atomic64_t ss_stats[SS_NR_STATS];
-struct workqueue_struct *ss_wq;
+atomic64_t stablesend_stats[SS_NR_STATS];
+struct workqueue_struct *stablesend_wq;
 
 static int __init ss_init(void)
 {
 	int err;
 
-	ss_wq = alloc_workqueue("stablesend", WQ_UNBOUND, 0);
-	if (!ss_wq)
+	stablesend_wq = alloc_workqueue("stablesend", WQ_UNBOUND, 0);
+	if (!stablesend_wq)
 		return -ENOMEM;
 	err = ss_rx_kick_init();
 	if (err)
@@ -39,7 +39,7 @@ static int __init ss_init(void)
 fail_kick:
 	ss_rx_kick_exit();
 fail_wq:
-	destroy_workqueue(ss_wq);
+	destroy_workqueue(stablesend_wq);
 	return err;
 }
 
@@ -53,7 +53,7 @@ static void __exit ss_exit(void)
 	ss_device_exit();
 	ss_reaper_stop();
 	ss_rx_kick_exit();
-	destroy_workqueue(ss_wq);
+	destroy_workqueue(stablesend_wq);
 }
 
 module_init(ss_init);

@@ -53,7 +53,7 @@ void ss_rx_kick(void)
 		queue_work_on(cpu, system_highpri_wq,
 			      &per_cpu_ptr(ss_kicks, cpu)->work);
 	cpus_read_unlock();
-	atomic64_inc(&ss_stats[SS_RX_KICKS]);
+	atomic64_inc(&stablesend_stats[SS_RX_KICKS]);
 }
 
 int ss_rx_kick_init(void)

@@ -17,7 +17,9 @@
 #include <linux/gfp.h>
 #include <linux/highmem.h>
 #include <linux/mm.h>
+#include <linux/cred.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/uio.h>
@@ -41,7 +43,7 @@ static void ss_free_page(struct page *page)
 {
 	unsigned int order = compound_order(page);
 
-	atomic64_sub(PAGE_SIZE << order, &ss_stats[SS_POOL_BYTES]);
+	atomic64_sub(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
 	__free_pages(page, order);
 }
 
@@ -111,7 +113,7 @@ static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		      SS_GFP;
 	page = alloc_pages(gfp, order);
 	if (page)
-		atomic64_add(PAGE_SIZE << order, &ss_stats[SS_POOL_BYTES]);
+		atomic64_add(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
 	return page;
 }
 
@@ -138,6 +140,26 @@ static int ss_reserve_more(struct ss_req *req, u64 size)
 	if (!err)
 		req->charged += take;
 	return err;
+}
+
+/*
+ * Room for @more bvec entries beyond one per chunk: a chunk whose
+ * high-order allocation failed takes one entry per page.  Nothing else
+ * looks at the array before the request is queued.
+ */
+static int ss_bvec_grow(struct ss_req *req, unsigned int more)
+{
+	unsigned int n = req->bvec_cap + more;
+	struct bio_vec *bv;
+
+	bv = kvmalloc_array(n, sizeof(*bv), SS_GFP);
+	if (!bv)
+		return -ENOMEM;
+	memcpy(bv, req->bvec, req->nr_pages * sizeof(*bv));
+	kvfree(req->bvec);
+	req->bvec = bv;
+	req->bvec_cap = n;
+	return 0;
 }
 
 /*
@@ -169,7 +191,10 @@ static int ss_grow(struct ss_req *req, u64 end)
 		}
 		if (!order)
 			return -ENOMEM;
-		atomic64_inc(&ss_stats[SS_ORDER0_FALLBACKS]);
+		atomic64_inc(&stablesend_stats[SS_ORDER0_FALLBACKS]);
+		err = ss_bvec_grow(req, (1U << order) - 1);
+		if (err)
+			return err;
 		for (i = 0; i < (1U << order); i++) {
 			page = ss_get_page(req->ctx, 0);
 			if (!page)
@@ -216,16 +241,29 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	struct ss_req *req;
 	int err;
 
-	req = kvzalloc(struct_size(req, bvec, need >> PAGE_SHIFT), SS_GFP);
+	/* Before anything sized by the request is allocated. */
+	if (need > READ_ONCE(ctx->mem_limit))
+		return ERR_PTR(-EMSGSIZE);
+	req = kzalloc(sizeof(*req), SS_GFP);
 	if (!req)
 		return ERR_PTR(-ENOMEM);
+	/* One entry per chunk; ss_bvec_grow() when a chunk falls back to pages. */
+	req->bvec_cap = DIV_ROUND_UP(need, SS_CHUNK_SIZE);
+	req->bvec = kvmalloc_array(req->bvec_cap, sizeof(*req->bvec), SS_GFP);
+	if (!req->bvec) {
+		kfree(req);
+		return ERR_PTR(-ENOMEM);
+	}
 	refcount_set(&req->ref, 1);
 	req->ctx = ctx;
 	req->sync = sync;
 	req->flags = flags;
 	INIT_LIST_HEAD(&req->ctx_node);
 	INIT_LIST_HEAD(&req->inflight);
-	init_completion(&req->done);
+	INIT_WORK(&req->orphan, ss_req_orphan);
+	req->task = get_task_struct(current);
+	req->tgid = get_pid(task_tgid(current));
+	req->cred = get_current_cred();
 	kref_get(&ctx->ref);
 	if (!sync)
 		req->cqe_sent = kzalloc(sizeof(*req->cqe_sent), SS_GFP);
@@ -235,9 +273,6 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 		err = -ENOMEM;
 		goto fail;
 	}
-	err = -EMSGSIZE;
-	if (need > ctx->mem_limit)
-		goto fail;
 	err = ss_reserve_cq(ctx, ncqe);
 	if (err)
 		goto fail;

@@ -4,21 +4,22 @@
  *
  * Data path: device.c (the fd) -> submit.c (validate, snapshot, queue) ->
  * snapshot.c (pool pages, the one copy) -> transmit.c (per-socket FIFO,
- * pages handed over by reference) -> completion.c (SENT/RELEASED records,
- * page release tracking).
+ * pages handed over by reference in the submitter's context) ->
+ * completion.c (SENT/RELEASED records, page release tracking).
  */
 #ifndef _SS_H
 #define _SS_H
 
 #include <linux/atomic.h>
 #include <linux/bvec.h>
-#include <linux/completion.h>
 #include <linux/gfp.h>
 #include <linux/kref.h>
 #include <linux/list.h>
+#include <linux/list_bl.h>
 #include <linux/mutex.h>
 #include <linux/refcount.h>
 #include <linux/spinlock.h>
+#include <linux/task_work.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <linux/stablesend.h>
@@ -37,9 +38,9 @@
 /* Unread completion records one open may accumulate before submit refuses. */
 #define SS_CQ_MAX		65536
 
-extern struct workqueue_struct *ss_wq;
-extern unsigned long ss_default_limit;
-extern unsigned long ss_max_limit;
+extern struct workqueue_struct *stablesend_wq;
+extern unsigned long stablesend_default_limit;
+extern unsigned long stablesend_max_limit;
 
 /* Module-wide counters, one file each under /sys/class/misc/stablesend/stats/. */
 enum ss_stat {
@@ -56,7 +57,7 @@ enum ss_stat {
 	SS_NR_STATS
 };
 
-extern atomic64_t ss_stats[SS_NR_STATS];
+extern atomic64_t stablesend_stats[SS_NR_STATS];
 
 struct ss_cqe_node {
 	struct list_head node;
@@ -77,6 +78,7 @@ struct ss_ctx {
 	bool setup_done;	/* SETUP called, or a request submitted */
 	bool closed;		/* fd released: no records any more */
 	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
+	struct work_struct free_work;	/* the last reference is gone */
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
 	u64 pooled;		/* bytes of free pages on @pool */
@@ -86,22 +88,31 @@ struct ss_ctx {
 
 enum ss_req_state {
 	SS_REQ_QUEUED,		/* on the FIFO, nothing sent: cancellable */
-	SS_REQ_STARTED,		/* being transmitted */
+	SS_REQ_STARTED,		/* some bytes may have gone */
 	SS_REQ_DONE,		/* off the FIFO */
 };
 
 struct ss_sock;
 
+/* ss_req.tw_flags */
+#define SS_REQ_TW_PENDING	0	/* @tw or @orphan queued */
+
 struct ss_req {
 	refcount_t ref;		/* the pipeline, and a synchronous waiter */
 	struct ss_ctx *ctx;
-	struct ss_sock *sock;
+	struct ss_sock *sock;		/* referenced while on its FIFO */
+	struct task_struct *task;	/* the submitter: it sends the bytes */
+	struct pid *tgid;		/* its process, which takes over at its exit */
+	const struct cred *cred;	/* its credentials at submission */
+	struct callback_head tw;	/* send on, in @task's context */
+	struct work_struct orphan;	/* @task exited: end the request */
+	unsigned long tw_flags;
 	struct list_head fifo;		/* on sock->fifo, under sock->lock */
 	struct list_head ctx_node;	/* on ctx->queued, under ctx->lock */
 	struct list_head inflight;	/* on the release list */
 	enum ss_req_state state;	/* under sock->lock */
-	bool abort;		/* under sock->lock: stop after what was sent */
-	bool sync;		/* STABLESEND_IOC_SEND: no SENT record */
+	bool abort;		/* stop after what was sent (set under sock->lock) */
+	bool sync;		/* STABLESEND_IOC_SEND: sent by its caller, no SENT record */
 	bool copied;		/* the protocol copies (kTLS, no SG) */
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
@@ -115,13 +126,19 @@ struct ss_req {
 	u64 cap;		/* bytes of the pages filled in so far */
 	u64 freed_bytes;	/* data bytes of the pages given back */
 	unsigned int cq_charged;	/* records reserved in ctx->cq_reserved */
-	struct completion done;	/* synchronous waiter */
 	struct ss_cqe_node *cqe_sent;
 	struct ss_cqe_node *cqe_released;
 	unsigned int nr_pages;	/* pool pages (bvec entries) */
 	unsigned int nr_freed;	/* of which given back, oldest first */
 	unsigned int nr_send;	/* bvec entries carrying data */
-	struct bio_vec bvec[];
+	unsigned int bvec_cap;	/* entries @bvec has room for */
+	struct bio_vec *bvec;
+};
+
+/* A task inside a SEND (transmit.c). */
+struct ss_sender {
+	struct hlist_bl_node node;
+	struct task_struct *task;
 };
 
 /* device.c */
@@ -147,9 +164,13 @@ void ss_pool_drain(struct ss_ctx *ctx);
 /* transmit.c */
 int ss_sock_check(struct socket *sock, bool *copies);
 int ss_enqueue(struct ss_req *req, struct socket *sock);
+void ss_submit_send(struct ss_req *req);
+int ss_sender_enter(struct ss_sender *s);
+void ss_sender_leave(struct ss_sender *s);
+long ss_sync_send(struct ss_req *req);
 bool ss_cancel_req(struct ss_req *req);
-void ss_abort_req(struct ss_req *req);
-void ss_kick(struct ss_sock *ss);
+bool ss_abort_req(struct ss_req *req);
+void ss_req_orphan(struct work_struct *work);
 void ss_sock_put(struct ss_sock *ss);
 
 /* completion.c */

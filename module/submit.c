@@ -8,6 +8,7 @@
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/net.h>
+#include <linux/poll.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -29,12 +30,11 @@ static int ss_check_req(const struct stablesend_req *ur)
 }
 
 /*
- * Validate, snapshot and queue one request.  For a synchronous one, *@syncp
- * gets the request with a reference of the caller's own; an asynchronous
- * one may already be gone when this returns.
+ * Validate, snapshot and queue one request.  Returns it with a reference
+ * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
  */
-static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
-		      const struct stablesend_req *ur, struct ss_req **syncp)
+static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
+				 const struct stablesend_req *ur, bool sync)
 {
 	struct ss_req *req;
 	struct socket *sock;
@@ -45,10 +45,10 @@ static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
 
 	err = ss_check_req(ur);
 	if (err)
-		return err;
+		return ERR_PTR(err);
 	file = fget(ur->file_fd);	/* O_PATH fds are not found */
 	if (!file)
-		return -EBADF;
+		return ERR_PTR(-EBADF);
 	err = -EBADF;
 	if (!(file->f_mode & FMODE_READ))
 		goto put_file;
@@ -61,6 +61,11 @@ static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	err = ss_sock_check(sock, &copies);
 	if (err)
 		goto put_sock;
+	/* A non-blocking SEND that could send nothing: fail before the copy. */
+	err = -EAGAIN;
+	if (sync && (sock->file->f_flags & O_NONBLOCK) &&
+	    !(vfs_poll(sock->file, NULL) & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+		goto put_sock;
 	if (ur->len) {
 		isize = i_size_read(file_inode(file));
 		err = -ENODATA;
@@ -69,7 +74,7 @@ static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
 		flen = min(ur->len, isize - ur->offset);
 	}
 
-	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, !!syncp,
+	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sync,
 			   ur->flags, dev->f_flags & O_NONBLOCK);
 	if (IS_ERR(req)) {
 		err = PTR_ERR(req);
@@ -82,25 +87,23 @@ static int ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	if (err) {
 		sockfd_put(sock);
 		ss_req_put(req);
-		return err;
+		return ERR_PTR(err);
 	}
-	if (syncp) {
-		refcount_inc(&req->ref);
-		*syncp = req;
-	}
+	/* The caller's reference; the one from ss_req_alloc() is the FIFO's. */
+	refcount_inc(&req->ref);
 	err = ss_enqueue(req, sock);
 	if (err) {
-		if (syncp)
-			ss_req_put(req);
 		ss_req_put(req);
+		ss_req_put(req);
+		return ERR_PTR(err);
 	}
-	return err;
+	return req;
 
 put_sock:
 	sockfd_put(sock);
 put_file:
 	fput(file);
-	return err;
+	return ERR_PTR(err);
 }
 
 static void ss_mark_setup(struct ss_ctx *ctx)
@@ -115,6 +118,7 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 {
 	const struct stablesend_req __user *ureqs;
 	struct stablesend_submit s;
+	struct ss_req *req;
 	int err = 0;
 	u32 i;
 
@@ -132,9 +136,14 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 			err = -EFAULT;
 			break;
 		}
-		err = ss_prepare(ctx, dev, &ur, NULL);
-		if (err)
+		req = ss_prepare(ctx, dev, &ur, false);
+		if (IS_ERR(req)) {
+			err = PTR_ERR(req);
 			break;
+		}
+		/* What the socket takes now goes out here, in our context. */
+		ss_submit_send(req);
+		ss_req_put(req);
 	}
 	return i ? i : err;
 }
@@ -142,39 +151,24 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 		  const struct stablesend_req __user *arg)
 {
+	struct ss_sender sender;
 	struct stablesend_req ur;
 	struct ss_req *req;
-	bool cancelled = false;
 	long res;
-	int err;
 
 	if (copy_from_user(&ur, arg, sizeof(ur)))
 		return -EFAULT;
 	ss_mark_setup(ctx);
-	err = ss_prepare(ctx, dev, &ur, &req);
-	if (err)
-		return err;
-	if (wait_for_completion_interruptible(&req->done)) {
-		/*
-		 * Not started: take it back, as if never called.  Started: stop
-		 * after what the socket took and report that, like sendfile().
-		 */
-		spin_lock(&ctx->lock);
-		if (!list_empty(&req->ctx_node)) {
-			cancelled = ss_cancel_req(req);
-			if (!cancelled)
-				ss_abort_req(req);
-		}
-		spin_unlock(&ctx->lock);
-		if (cancelled)
-			ss_req_finish(req, -ECANCELED);
-		wait_for_completion(&req->done);
+	res = ss_sender_enter(&sender);
+	if (res)
+		return res;
+	req = ss_prepare(ctx, dev, &ur, true);
+	if (IS_ERR(req)) {
+		res = PTR_ERR(req);
+	} else {
+		res = ss_sync_send(req);
+		ss_req_put(req);
 	}
-	res = req->res;
-	if (res < 0 && req->sent)
-		res = req->sent;
-	else if (cancelled)
-		res = -ERESTARTSYS;	/* by the signal: nothing was sent */
-	ss_req_put(req);
+	ss_sender_leave(&sender);
 	return res;
 }

@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,29 +336,21 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	if (len > dev_max_len)
 		len = dev_max_len;
 
-	/*
-	 * SEND returns once every byte is in the socket, whatever the
-	 * socket's O_NONBLOCK says.  Approximate a non-blocking sendfile(2):
-	 * EAGAIN when there is no room now, at most a send buffer otherwise.
-	 */
 	fl = fcntl(out_fd, F_GETFL);
 	if (fl < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count, errno);
 	/* sendfile(2) refuses O_APPEND outputs but for pipes */
 	if ((fl & O_APPEND) && sendfile_valid(out_fd, in_fd, offset, count) < 0)
 		return -1;
+	/*
+	 * SEND on a non-blocking socket sends what the socket takes now (or
+	 * fails with EAGAIN) and drops the rest of its snapshot: copy no more
+	 * than a send buffer, the most it can take at once.
+	 */
 	if (fl & O_NONBLOCK) {
-		struct pollfd pfd = { .fd = out_fd, .events = POLLOUT };
 		socklen_t sl = sizeof(int);
 		int sndbuf;
 
-		ret = poll(&pfd, 1, 0);
-		if (ret < 0)
-			return -1;
-		if (ret == 0) {
-			errno = EAGAIN;
-			return -1;
-		}
 		if (!getsockopt(out_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) &&
 		    sndbuf > 0 && (size_t)sndbuf < len)
 			len = sndbuf;

@@ -45,6 +45,20 @@ static inline struct net_device *stablesend_alloc_netdev_dummy(int sizeof_priv)
 #define stablesend_free_netdev_dummy(dev)	kfree(dev)
 #endif
 
+#ifndef HAVE_TIMER_DELETE_SYNC
+#define timer_delete_sync(t)		del_timer_sync(t)
+#endif
+
+#ifndef HAVE_GET_RANDOM_U32_BELOW
+#define get_random_u32_below(ceil)	prandom_u32_max(ceil)
+#endif
+
+#include <linux/sched.h>
+/* Threads that are not the process's own (vhost workers, 6.4), like io-wq's. */
+#ifndef PF_USER_WORKER
+#define PF_USER_WORKER			0
+#endif
+
 struct socket;
 struct msghdr;
 

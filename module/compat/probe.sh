@@ -38,3 +38,8 @@ probe HAVE_ITER_DEST '#define ITER_DEST' linux/uio.h
 # 6.10 added alloc_netdev_dummy(); before it, init_dummy_netdev() set up
 # a device in the caller's memory.
 probe HAVE_ALLOC_NETDEV_DUMMY 'struct net_device \*alloc_netdev_dummy\(' linux/netdevice.h
+# 6.2 renamed del_timer_sync() timer_delete_sync() (9b13df3fb64e), and
+# 8fcb4e7a7c5f ("random: rename prandom_u32_max()") added
+# get_random_u32_below(); Debian's 6.1 has both as backports, others may not.
+probe HAVE_TIMER_DELETE_SYNC 'int timer_delete_sync\(' linux/timer.h
+probe HAVE_GET_RANDOM_U32_BELOW 'u32 get_random_u32_below\(' linux/random.h

@@ -28,19 +28,33 @@
  *	is reported again when the rest is resubmitted.  Each accepted request
  *	produces exactly one completion with STABLESEND_CQE_SENT set, and one
  *	more with STABLESEND_CQE_RELEASED if it asked for it.
+ *	The bytes are handed to the socket by the submitting thread: what the
+ *	socket takes at once during the call, the rest from task work queued
+ *	on that thread when the socket has space (it runs when the thread
+ *	returns to user space or sleeps interruptibly, and like io_uring's can
+ *	end such a sleep early: epoll_wait(2) may return EINTR).  When the
+ *	thread exits another thread of its process takes over; when the whole
+ *	process is gone the requests end where they are (-ECANCELED when
+ *	nothing was sent, else the bytes sent).
  *
  * STABLESEND_IOC_SEND (struct stablesend_req, write)
- *	Synchronous submission of one request: returns once every byte is in
- *	the socket (the number of bytes sent: header + file bytes + trailer),
- *	or -1 with errno.  No SENT completion is queued for it; a RELEASED one
- *	is if STABLESEND_REQ_NOTIFY_RELEASE is set.  The fd's O_NONBLOCK
- *	only affects waiting for memory, not for the socket.  A signal
- *	before the socket took any byte cancels the request (EINTR, or a
- *	restart under SA_RESTART); after that it stops the request where it
- *	is and the call returns the bytes the socket took, like sendfile(2).
- *	A STABLESEND_IOC_CANCEL from another thread that takes the request
- *	before it started makes the call fail with ECANCELED.
- *	Memory limits above INT_MAX are refused so a result always fits.
+ *	Synchronous submission of one request, sent by the caller as
+ *	sendfile(2) would send it: returns the number of bytes the socket took
+ *	(header + file bytes + trailer), or -1 with errno when it took none.
+ *	It waits for requests queued before it on the socket (sending those
+ *	the calling thread submitted), then, on a blocking socket, until every
+ *	byte is in the socket, as send(2) waits: SO_SNDTIMEO ends the wait
+ *	(a short count, or EAGAIN), a signal before the first byte gives EINTR
+ *	(or a restart under SA_RESTART) and after it a short count; SIGKILL
+ *	ends it.  On a non-blocking socket it sends what the socket takes now:
+ *	a short count, or EAGAIN (also when other requests are queued ahead).
+ *	The bytes reported are exactly those the peer gets; the rest of the
+ *	snapshot is dropped.  The device fd's O_NONBLOCK only affects waiting
+ *	for memory.  No SENT completion is queued for it; a RELEASED one is if
+ *	STABLESEND_REQ_NOTIFY_RELEASE is set.  A STABLESEND_IOC_CANCEL from
+ *	another thread that takes the request before it started makes the
+ *	call fail with ECANCELED.  Memory limits above INT_MAX are refused so
+ *	a result always fits.
  *
  * STABLESEND_IOC_CANCEL (__u64 user_data, write)
  *	Cancel every request of this open with that user_data that has not
