@@ -303,6 +303,13 @@ static void targets(const char *k)
 			target(k, t, si, "stablesend-async vs io_uring-zc throughput",
 			       med(k, t, si, SS_ASYNC, THR) / med(k, t, si, URING, THR),
 			       1, 1.0);
+		/* Issue 13: SEND goes out inline, no worker round trip. */
+		target(k, t, 0, "stablesend-sync vs pread+send throughput",
+		       med(k, t, 0, SS_SYNC, THR) / med(k, t, 0, PREAD, THR), 1, 1.0);
+		for (si = 1; si < NS; si++)
+			target(k, t, si, "stablesend-sync vs sendfile throughput",
+			       med(k, t, si, SS_SYNC, THR) / med(k, t, si, SENDFILE, THR),
+			       1, 0.8);
 	}
 	{
 		int cells = 0, over = 0;
@@ -529,7 +536,7 @@ int report(int argc, char **argv)
 			}
 			printf("\n");
 		}
-	printf("\n===== targets (issue 4; ratios of medians within one run)\n");
+	printf("\n===== targets (issues 4 and 13; ratios of medians within one run)\n");
 	for (i = 0; i < nk; i++)
 		targets(kernels[i]);
 	printf("\ntargets: %d PASS, %d MISS, %d n/a\n", npass, nmiss, nna);

@@ -32,10 +32,11 @@
  *	socket takes at once during the call, the rest from task work queued
  *	on that thread when the socket has space (it runs when the thread
  *	returns to user space or sleeps interruptibly, and like io_uring's can
- *	end such a sleep early: epoll_wait(2) may return EINTR).  When the
- *	thread exits another thread of its process takes over; when the whole
- *	process is gone the requests end where they are (-ECANCELED when
- *	nothing was sent, else the bytes sent).
+ *	end such a sleep early: epoll_wait(2) and calls with a timeout may
+ *	fail with EINTR, restartable calls restart).  When the thread exits
+ *	another thread of its process takes over; when the whole process is
+ *	gone the requests end where they are (-ECANCELED when nothing was
+ *	sent, else the bytes sent).
  *
  * STABLESEND_IOC_SEND (struct stablesend_req, write)
  *	Synchronous submission of one request, sent by the caller as
