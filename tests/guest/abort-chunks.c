@@ -19,17 +19,9 @@
  * test-timeout: 300
  */
 #include "common.h"
-#include <linux/tls.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
-
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
 
 #define BIG		(256ULL << 20)
 #define QUIET_S		1.0	/* reader idle this long: the sender stopped */
@@ -37,21 +29,6 @@
 /* TLS 1.2 AES-GCM-128 record: 5 bytes header, 8 explicit nonce, 16 tag. */
 #define TLS_HDR		5
 #define TLS_OVERHEAD	(8 + 16)
-
-static int ktls_tx(int fd)
-{
-	struct tls12_crypto_info_aes_gcm_128 ci;
-
-	memset(&ci, 0, sizeof(ci));
-	ci.info.version = TLS_1_2_VERSION;
-	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-	memset(ci.key, 0x5a, sizeof(ci.key));
-	memset(ci.iv, 0x21, sizeof(ci.iv));
-	memset(ci.salt, 0x7e, sizeof(ci.salt));
-	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
-		return -1;
-	return setsockopt(fd, SOL_TLS, TLS_TX, &ci, sizeof(ci));
-}
 
 struct rx {
 	int fd, tls;
@@ -124,7 +101,7 @@ static void pair(int tls, int *snd, struct rx *rx)
 	rx->tls = tls;
 	/* kTLS missing (no tls.ko or gcm(aes)) is a failure, as in sockets. */
 	if (tls)
-		REQUIRE(ktls_tx(*snd) == 0, "kTLS TX");
+		REQUIRE(ktls_setup(*snd, TLS_TX) == 0, "kTLS TX");
 }
 
 /*

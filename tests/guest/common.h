@@ -31,6 +31,14 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/stablesend.h>
+#include <linux/tls.h>
+
+#ifndef SOL_TLS
+#define SOL_TLS 282
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
 
 #define SKIP 77
 
@@ -175,8 +183,8 @@ static inline int write_str(const char *path, const char *val)
 	return ok ? 0 : -1;
 }
 
-/* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
-static inline int read_str(const char *path, char *buf, size_t n)
+/* Read at most @n - 1 bytes of such a file into @buf, NUL-terminated: 0 or -1. */
+static inline int read_text(const char *path, char *buf, size_t n)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t r;
@@ -188,6 +196,14 @@ static inline int read_str(const char *path, char *buf, size_t n)
 	if (r < 0)
 		return -1;
 	buf[r] = 0;
+	return 0;
+}
+
+/* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
+static inline int read_str(const char *path, char *buf, size_t n)
+{
+	if (read_text(path, buf, n))
+		return -1;
 	buf[strcspn(buf, "\n")] = 0;
 	return 0;
 }
@@ -333,6 +349,47 @@ static inline void tcp_pair(int family, int *client, int *server)
 	close(l);
 }
 
+/*
+ * A TCP listener on an IPv4 loopback port (its address in @sin) whose
+ * accepted sockets have SO_RCVBUF @rcvbuf from the start: set before
+ * listen(), so the window they announce is small from the handshake on.
+ */
+static inline int small_window_listener(int rcvbuf, int backlog,
+					struct sockaddr_in *sin)
+{
+	socklen_t len = sizeof(*sin);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	REQUIRE(l >= 0, "socket");
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	REQUIRE(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) == 0,
+		"SO_RCVBUF");
+	REQUIRE(bind(l, (struct sockaddr *)sin, len) == 0 && listen(l, backlog) == 0 &&
+		getsockname(l, (struct sockaddr *)sin, &len) == 0, "listen");
+	return l;
+}
+
+/*
+ * Software kTLS on TCP socket @fd: TLS 1.2 AES-GCM-128 with a fixed key,
+ * IV and salt (record sequence 0), for @dir TLS_TX or TLS_RX; 0 or -1.
+ */
+static inline int ktls_setup(int fd, int dir)
+{
+	struct tls12_crypto_info_aes_gcm_128 ci;
+
+	memset(&ci, 0, sizeof(ci));
+	ci.info.version = TLS_1_2_VERSION;
+	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
+	memset(ci.key, 0x5a, sizeof(ci.key));
+	memset(ci.iv, 0x21, sizeof(ci.iv));
+	memset(ci.salt, 0x7e, sizeof(ci.salt));
+	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
+		return -1;
+	return setsockopt(fd, SOL_TLS, dir, &ci, sizeof(ci));
+}
+
 static inline void unix_pair(int *a, int *b)
 {
 	int sv[2];
@@ -401,6 +458,39 @@ static inline int temp_file(size_t size, int byte)
 	write_full(fd, buf, size, 0);
 	free(buf);
 	return fd;
+}
+
+/*
+ * A temporary file of @len bytes whose byte i is @byte_at(i) (a test's
+ * payload pattern); returns an O_RDWR fd.
+ */
+static inline int file_with_pattern(size_t len, unsigned char (*byte_at)(size_t))
+{
+	unsigned char *b = malloc(len);
+	int fd = temp_file(0, 0);
+	size_t i;
+
+	REQUIRE(b, "malloc");
+	for (i = 0; i < len; i++)
+		b[i] = byte_at(i);
+	write_full(fd, b, len, 0);
+	free(b);
+	return fd;
+}
+
+/*
+ * Index of the first of the @n bytes of @b that is not @byte_at(@pos + i),
+ * i.e. that differs from the file_with_pattern() from offset @pos; @n if none.
+ */
+static inline size_t pattern_mismatch(const unsigned char *b, size_t n,
+				      size_t pos, unsigned char (*byte_at)(size_t))
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i] != byte_at(pos + i))
+			break;
+	return i;
 }
 
 static inline void set_rcvbuf_small(int fd)

@@ -38,20 +38,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 7 + (i >> 11) + 1);
 }
 
-static int file_with_pattern(size_t len)
-{
-	unsigned char *b = malloc(len);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	REQUIRE(b, "malloc");
-	for (i = 0; i < len; i++)
-		b[i] = pat(i);
-	write_full(fd, b, len, 0);
-	free(b);
-	return fd;
-}
-
 /* The pid a pidfd refers to (its fdinfo "Pid:" line), or -1. */
 static long pidfd_pid(int pidfd)
 {
@@ -182,9 +168,7 @@ static void *receive(void *arg)
 				rx->first_bad_pidfd = pfpid;
 			rx->badpidfd++;
 		}
-		for (i = 0; i < n; i++)
-			if (buf[i] != pat(rx->off + rx->got + i))
-				break;
+		i = pattern_mismatch(buf, n, rx->off + rx->got, pat);
 		if (i < n && !rx->badbytes++)
 			fprintf(stderr, "%s: byte %zu of the stream is wrong\n",
 				rx->what, rx->got + i);
@@ -218,12 +202,24 @@ static void report(struct rx *rx, const char *who)
 	       rx->pidfd_on ? ", pidfds checked" : "");
 }
 
+/* A fresh @rx for @want bytes of the file from @off, arriving on @sock. */
+static void rx_init(struct rx *rx, int sock, int pidfd_on, const char *what,
+		    size_t want, uint64_t off)
+{
+	memset(rx, 0, sizeof(*rx));
+	rx->sock = sock;
+	rx->pidfd_on = pidfd_on;
+	rx->what = what;
+	rx->want = want;
+	rx->off = off;
+}
+
 static void run(const char *who)
 {
-	struct rx rx = { 0 };
+	struct rx rx;
 	struct stablesend_req r[2];
 	struct stablesend_cqe cqe[2];
-	int dev = ss_dev(), file = file_with_pattern(FILE_LEN), a, b, one = 1;
+	int dev = ss_dev(), file = file_with_pattern(FILE_LEN, pat), a, b, one = 1;
 	int pidfd_on;
 	uint64_t off = 0;
 	pthread_t t;
@@ -239,32 +235,23 @@ static void run(const char *who)
 		CHECK(errno == ENOPROTOOPT, "SO_PASSPIDFD");
 		printf("SO_PASSPIDFD: %s, pidfds not checked\n", strerror(errno));
 	}
-	rx.sock = b;
-	rx.pidfd_on = pidfd_on;
 
 	/* 1. A synchronous SEND that fits. */
 	r[0] = ss_req(file, a, off, 100000, 1);
 	ret = ss_send(dev, &r[0]);
 	CHECK(ret == 100000, "SEND returned %ld", ret);
-	rx.what = "SEND";
-	rx.want = ret > 0 ? ret : 0;
-	rx.off = off;
+	rx_init(&rx, b, pidfd_on, "SEND", ret > 0 ? ret : 0, off);
 	receive(&rx);
 	report(&rx, who);
 	off += rx.want;
 
 	/* 2. A SUBMIT that fits. */
-	memset(&rx, 0, sizeof(rx));
-	rx.sock = b;
-	rx.pidfd_on = pidfd_on;
 	r[0] = ss_req(file, a, off, 100000, 2);
 	CHECK(ss_submit(dev, r, 1) == 1, "SUBMIT");
 	n = reap(dev, cqe, 1, 10000);
 	CHECK(n == 1 && cqe[0].res == 100000, "SUBMIT completion: %d, res %lld",
 	      n, n ? (long long)cqe[0].res : 0LL);
-	rx.what = "SUBMIT";
-	rx.want = 100000;
-	rx.off = off;
+	rx_init(&rx, b, pidfd_on, "SUBMIT", 100000, off);
 	receive(&rx);
 	report(&rx, who);
 	off += rx.want;
@@ -273,17 +260,13 @@ static void run(const char *who)
 	 * 3. Two SUBMITs that cannot go out now (1 MiB: more than an AF_UNIX
 	 * socket holds, the receiver not reading); read after a while.
 	 */
-	memset(&rx, 0, sizeof(rx));
-	rx.sock = b;
-	rx.pidfd_on = pidfd_on;
 	r[0] = ss_req(file, a, off, 1 << 20, 3);
 	r[1] = ss_req(file, a, off + (1 << 20), 64 << 10, 4);
 	CHECK(ss_submit(dev, r, 2) == 2, "SUBMIT of two");
 	usleep(200000);
 	CHECK(reap(dev, cqe, 1, 0) == 0, "1 MiB request SENT before the receiver read");
-	rx.what = "SUBMIT queued behind a full socket";
-	rx.want = (1 << 20) + (64 << 10);
-	rx.off = off;
+	rx_init(&rx, b, pidfd_on, "SUBMIT queued behind a full socket",
+		(1 << 20) + (64 << 10), off);
 	receive(&rx);
 	n = reap(dev, cqe, 2, 10000);
 	CHECK(n == 2 && cqe[0].res == 1 << 20 && cqe[1].res == 64 << 10,
@@ -293,12 +276,8 @@ static void run(const char *who)
 	off += rx.want;
 
 	/* 4. A SEND larger than the socket holds; another thread reads. */
-	memset(&rx, 0, sizeof(rx));
-	rx.sock = b;
-	rx.pidfd_on = pidfd_on;
-	rx.what = "SEND larger than the socket holds";
-	rx.want = 1 << 20;
-	rx.off = off;
+	rx_init(&rx, b, pidfd_on, "SEND larger than the socket holds",
+		1 << 20, off);
 	pthread_create(&t, NULL, receive, &rx);
 	r[0] = ss_req(file, a, off, 1 << 20, 5);
 	ret = ss_send(dev, &r[0]);

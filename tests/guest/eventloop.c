@@ -23,20 +23,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 3 + (i >> 10) + 7);
 }
 
-static int file_with_pattern(size_t len)
-{
-	unsigned char *b = malloc(len);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	REQUIRE(b, "malloc");
-	for (i = 0; i < len; i++)
-		b[i] = pat(i);
-	write_full(fd, b, len, 0);
-	free(b);
-	return fd;
-}
-
 struct client {
 	int fd;			/* the server's end, non-blocking */
 	size_t len;		/* what it asks for */
@@ -127,7 +113,7 @@ int main(void)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	REQUIRE(buf, "malloc");
-	file = file_with_pattern(A_LEN);
+	file = file_with_pattern(A_LEN, pat);
 	sv.file = file;
 	tcp_pair(AF_INET, &ca, &sv.cl[0].fd);
 	tcp_pair(AF_INET, &cb, &sv.cl[1].fd);
@@ -168,8 +154,7 @@ int main(void)
 	if (__atomic_load_n(&sv.in_call, __ATOMIC_ACQUIRE))
 		fprintf(stderr, "the server thread has been inside one stablesend_sendfile() for %.1f s\n",
 			now_s() - __atomic_load_n(&sv.call_since, __ATOMIC_RELAXED) / 1000.0);
-	for (j = 0; j < got && buf[j] == pat(j); j++)
-		;
+	j = pattern_mismatch(buf, got, 0, pat);
 	CHECK(j == got, "client B: byte %zu differs from the file", j);
 	printf("client B: %zu bytes %s%.3f s after its request; client A: %lld bytes sent; server: %d calls, %d EAGAIN, path %s\n",
 	       got, took >= 0 ? "in " : "not finished after ", took >= 0 ? took : now_s() - t0,

@@ -20,20 +20,12 @@
  * test-timeout: 480
  */
 #include "common.h"
-#include <linux/tls.h>
 #include <pthread.h>
 #include <signal.h>
 #include <grp.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
 
 #define NOBODY		65534
 #define NCONN		300
@@ -45,21 +37,6 @@
 #define B_BOUND		10.0		/* seconds for all of B's requests */
 #define B_WAIT		20		/* B gives up after this */
 #define THREAD_STACK	(64 << 10)
-
-static int ktls_tx(int fd)
-{
-	struct tls12_crypto_info_aes_gcm_128 ci;
-
-	memset(&ci, 0, sizeof(ci));
-	ci.info.version = TLS_1_2_VERSION;
-	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-	memset(ci.key, 0x5a, sizeof(ci.key));
-	memset(ci.iv, 0x21, sizeof(ci.iv));
-	memset(ci.salt, 0x7e, sizeof(ci.salt));
-	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
-		return -1;
-	return setsockopt(fd, SOL_TLS, TLS_TX, &ci, sizeof(ci));
-}
 
 /* State of thread @tid of this process ('R', 'S', 'D'...), 0 if unknown. */
 static char thread_state(pid_t tid)
@@ -309,7 +286,7 @@ static int settle(int which, double timeout_s)
 
 static void user_a(int file, int ready, int go)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct sockaddr_in sin;
 	socklen_t len = sizeof(sin);
 	int l, i, v, n, got = 0, bad = 0, sub_blocked = 0;
 	struct stablesend_cqe *cqe;
@@ -324,13 +301,7 @@ static void user_a(int file, int ready, int go)
 	/* 300 requests, each in 64 KiB pool pages: above the default limit. */
 	REQUIRE(ss_setup(dev_a, -1, 64 << 20) == 0, "SETUP 64 MiB");
 
-	l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	REQUIRE(l >= 0, "socket");
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	v = 4096;
-	REQUIRE(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)) == 0, "SO_RCVBUF");
-	REQUIRE(bind(l, (struct sockaddr *)&sin, len) == 0 && listen(l, 64) == 0 &&
-		getsockname(l, (struct sockaddr *)&sin, &len) == 0, "listen");
+	l = small_window_listener(4096, 64, &sin);
 	t0 = now_s();
 	for (i = 0; i < NCONN; i++) {
 		struct conn *c = &conns[i];
@@ -342,7 +313,7 @@ static void user_a(int file, int ready, int go)
 		REQUIRE(connect(c->c, (struct sockaddr *)&sin, len) == 0, "connect %d", i);
 		c->s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
 		REQUIRE(c->s >= 0, "accept %d", i);
-		REQUIRE(ktls_tx(c->c) == 0, "kTLS TX on connection %d", i);
+		REQUIRE(ktls_setup(c->c, TLS_TX) == 0, "kTLS TX on connection %d", i);
 		c->req = ss_req(file, c->c, 0, A_REQ, i);
 	}
 	close(l);

@@ -14,33 +14,10 @@
  *    first, with a plain send() in the place of SEND.
  */
 #include "common.h"
-#include <linux/tls.h>
 #include <signal.h>
 #include <sys/wait.h>
 
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
-
 #define REAP_LIMIT	1.0	/* s */
-
-static int ktls_tx(int fd)
-{
-	struct tls12_crypto_info_aes_gcm_128 ci;
-
-	memset(&ci, 0, sizeof(ci));
-	ci.info.version = TLS_1_2_VERSION;
-	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-	memset(ci.key, 0x5a, sizeof(ci.key));
-	memset(ci.iv, 0x21, sizeof(ci.iv));
-	memset(ci.salt, 0x7e, sizeof(ci.salt));
-	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
-		return -1;
-	return setsockopt(fd, SOL_TLS, TLS_TX, &ci, sizeof(ci));
-}
 
 /* Wait for @pid at most @secs: the seconds it took, or -1 if still running. */
 static double reap(pid_t pid, double secs, int *status)
@@ -148,7 +125,7 @@ static void ktls(int dev, int file)
 
 	tcp_pair(AF_INET, &c, &s);
 	set_rcvbuf_small(s);
-	if (ktls_tx(c)) {
+	if (ktls_setup(c, TLS_TX)) {
 		CHECK(0, "kTLS TX: the harness loads tls and gcm(aes)");
 		goto out;
 	}

@@ -23,16 +23,10 @@
 /* A loopback pair whose server side has a tiny receive buffer from the start. */
 static void small_window_pair(int *client, int *server)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct sockaddr_in sin;
 	socklen_t len = sizeof(sin);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), v = 4096;
+	int l = small_window_listener(4096, 1, &sin), v;
 
-	REQUIRE(l >= 0, "socket");
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	REQUIRE(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)) == 0,
-		"SO_RCVBUF");
-	REQUIRE(bind(l, (struct sockaddr *)&sin, len) == 0 && listen(l, 1) == 0 &&
-		getsockname(l, (struct sockaddr *)&sin, &len) == 0, "listen");
 	*client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	REQUIRE(*client >= 0, "socket");
 	v = 32768;
@@ -43,28 +37,13 @@ static void small_window_pair(int *client, int *server)
 	close(l);
 }
 
-static int read_file(const char *path, char *buf, size_t n)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t r;
-
-	if (fd < 0)
-		return -1;
-	r = read(fd, buf, n - 1);
-	close(fd);
-	if (r < 0)
-		return -1;
-	buf[r] = 0;
-	return 0;
-}
-
 /* comm and flags of task @pid: 0, or -1 when gone. */
 static int task_info(const char *pid, char *comm, size_t n, unsigned long *flags)
 {
 	char path[300], buf[1024], *p, *e;
 
 	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-	if (read_file(path, buf, sizeof(buf)))
+	if (read_text(path, buf, sizeof(buf)))
 		return -1;
 	p = strchr(buf, '(');
 	e = strrchr(buf, ')');
@@ -102,7 +81,7 @@ static void sample(struct hits *h, int verbose)
 		if (!(flags & PF_KTHREAD) && strncmp(comm, "kworker", 7))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/stack", d->d_name);
-		if (read_file(path, stack, sizeof(stack)))
+		if (read_text(path, stack, sizeof(stack)))
 			continue;
 		tc = !!strstr(stack, "tcp_close");
 		fp = !!strstr(stack, "__fput");

@@ -36,20 +36,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 11 + (i >> 12) + 3);
 }
 
-static int file_with_pattern(size_t len)
-{
-	unsigned char *b = malloc(len);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	REQUIRE(b, "malloc");
-	for (i = 0; i < len; i++)
-		b[i] = pat(i);
-	write_full(fd, b, len, 0);
-	free(b);
-	return fd;
-}
-
 /* What the peer received, in order. */
 static unsigned char *rx;
 static size_t rx_len;
@@ -97,8 +83,7 @@ static void check_rx(const char *what, size_t sent)
 
 	CHECK(rx_len == sent, "%s: the peer received %zu bytes, the calls reported %zu",
 	      what, rx_len, sent);
-	for (i = 0; i < rx_len && rx[i] == pat(i); i++)
-		;
+	i = pattern_mismatch(rx, rx_len, 0, pat);
 	CHECK(i == rx_len, "%s: received byte %zu differs from the file", what, i);
 }
 
@@ -405,7 +390,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rx = malloc(FILE_LEN + 1);
 	REQUIRE(rx, "malloc");
-	file = file_with_pattern(FILE_LEN);
+	file = file_with_pattern(FILE_LEN, pat);
 
 	ioctl_case(file);
 	for (copy = 0; copy < 2; copy++) {

@@ -154,7 +154,7 @@ static void *rx_fn(void *p)
 
 int main(void)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct sockaddr_in sin;
 	socklen_t len = sizeof(sin);
 	long long ctx0 = ss_contexts_baseline();
 	unsigned long long k0, k1, t0, t1, self0, self1, base;
@@ -190,13 +190,7 @@ int main(void)
 			break;
 
 	/* The socket under test: locked SO_SNDBUF, a peer with a zero window. */
-	l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	REQUIRE(l >= 0, "socket");
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	v = 4096;
-	REQUIRE(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)) == 0, "SO_RCVBUF");
-	REQUIRE(bind(l, (struct sockaddr *)&sin, len) == 0 && listen(l, 1) == 0 &&
-		getsockname(l, (struct sockaddr *)&sin, &len) == 0, "listen");
+	l = small_window_listener(4096, 1, &sin);
 	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	REQUIRE(c >= 0, "socket");
 	v = 1 << 20;

@@ -25,20 +25,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 5 + (i >> 13) + 9);
 }
 
-static int file_with_pattern(size_t len)
-{
-	unsigned char *b = malloc(len);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	REQUIRE(b, "malloc");
-	for (i = 0; i < len; i++)
-		b[i] = pat(i);
-	write_full(fd, b, len, 0);
-	free(b);
-	return fd;
-}
-
 struct call {
 	int dev;
 	struct stablesend_req r;
@@ -109,7 +95,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rx = malloc(FILE_LEN + 1);
 	REQUIRE(rx, "malloc");
-	file = file_with_pattern(FILE_LEN);
+	file = file_with_pattern(FILE_LEN, pat);
 	k.dev = ss_dev();
 	REQUIRE(ss_setup(k.dev, -1, 32 << 20) == 0, "SETUP");
 	tcp_pair(AF_INET, &c, &s);
@@ -169,8 +155,7 @@ int main(void)
 		rx_len += n;
 	}
 	CHECK(rx_len == sent, "the peer received %zu bytes, SEND reported %zu", rx_len, sent);
-	for (j = 0; j < rx_len && rx[j] == pat(j); j++)
-		;
+	j = pattern_mismatch(rx, rx_len, 0, pat);
 	CHECK(j == rx_len, "received byte %zu differs from the file", j);
 	printf("reported %zu bytes, the peer received %zu\n", sent, rx_len);
 	close(c);

@@ -16,36 +16,10 @@
  */
 #include "netns.h"
 #include "watchdog.h"
-#include <linux/tls.h>
 #include <pthread.h>
 #include <signal.h>
 
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
-
 #define FILE_SIZE	(4 << 20)
-
-/* --- kTLS ------------------------------------------------------------------ */
-
-static int ktls(int fd, int dir)
-{
-	struct tls12_crypto_info_aes_gcm_128 ci;
-
-	memset(&ci, 0, sizeof(ci));
-	ci.info.version = TLS_1_2_VERSION;
-	ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-	memset(ci.key, 0x5a, sizeof(ci.key));
-	memset(ci.iv, 0x21, sizeof(ci.iv));
-	memset(ci.salt, 0x7e, sizeof(ci.salt));
-	/* rec_seq 0 on both ends */
-	if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")))
-		return -1;
-	return setsockopt(fd, SOL_TLS, dir, &ci, sizeof(ci));
-}
 
 /* --- SEND with a watchdog ---------------------------------------------------- */
 
@@ -208,8 +182,8 @@ static void run_transport(int dev, int file, enum transport t)
 		 * and ctr where they exist.  A missing kTLS is a failure, not
 		 * a skip, or this part could never fail.
 		 */
-		REQUIRE(ktls(snd, TLS_TX) == 0, "kTLS TX on the sender");
-		REQUIRE(ktls(rcv, TLS_RX) == 0, "kTLS RX on the receiver");
+		REQUIRE(ktls_setup(snd, TLS_TX) == 0, "kTLS TX on the sender");
+		REQUIRE(ktls_setup(rcv, TLS_RX) == 0, "kTLS RX on the receiver");
 		break;
 	case T_VETH:
 		veth_pair(&snd, &rcv);

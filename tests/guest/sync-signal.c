@@ -40,19 +40,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 13 + 5);
 }
 
-static int file_with_pattern(size_t len)
-{
-	unsigned char *b = malloc(len);
-	int fd = temp_file(0, 0);
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		b[i] = pat(i);
-	write_full(fd, b, len, 0);
-	free(b);
-	return fd;
-}
-
 /* Interrupt a SEND blocked on a peer that does not read; returns its job. */
 static void interrupt(struct job *j)
 {
@@ -71,7 +58,7 @@ int main(void)
 	unsigned char *buf = malloc(len);
 	struct stablesend_cqe cqe;
 	struct job j = { 0 };
-	int file = file_with_pattern(len), c, s, v;
+	int file = file_with_pattern(len, pat), c, s, v;
 
 	sigaction(SIGUSR1, &sa, NULL);
 	j.dev = ss_dev();
@@ -91,8 +78,7 @@ int main(void)
 	got = read_full(s, buf, len);
 	CHECK(j.ret > 0 && got == (size_t)j.ret,
 	      "peer got %zu bytes, SEND said %ld", got, j.ret);
-	for (i = 0; i < got && buf[i] == pat(i); i++)
-		;
+	i = pattern_mismatch(buf, got, 0, pat);
 	CHECK(i == got, "byte %zu wrong", i);
 	printf("started: SEND returned %ld of %zu bytes, peer got exactly those\n",
 	       j.ret, len);
