@@ -48,7 +48,8 @@ static int ss_open(struct inode *inode, struct file *file)
 
 /*
  * Closing cancels what has not started and stops what has after the bytes
- * the socket already took; it never waits for a peer or for a sender.  Pages still in the
+ * the socket already took; it never waits for a peer or for a sender.
+ * Idle pooled pages are freed at once.  Pages still in the
  * network stack are freed by the reaper once the stack lets go of them.
  */
 static int ss_release(struct inode *inode, struct file *file)
@@ -73,6 +74,7 @@ static int ss_release(struct inode *inode, struct file *file)
 		ss_req_finish(req, req->sent ?: -ECANCELED);
 	list_for_each_entry_safe(node, ntmp, &records, node)
 		kfree(node);
+	ss_pool_drain(ctx);
 	ss_ctx_put(ctx);
 	return 0;
 }

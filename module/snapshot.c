@@ -520,17 +520,23 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 	return bytes;
 }
 
-/* Free every pooled page of a closed open. */
+/*
+ * Free the idle pooled pages of a closed open; pages still held by the
+ * network stack are freed as they come back (ss_req_free_pages()).
+ */
 void ss_pool_drain(struct ss_ctx *ctx)
 {
 	struct page *page, *tmp;
+	LIST_HEAD(idle);
 	int order;
 
-	for (order = 0; order <= SS_CHUNK_ORDER; order++) {
-		list_for_each_entry_safe(page, tmp, &ctx->pool[order], lru) {
-			list_del(&page->lru);
-			ss_free_page(page);
-		}
-	}
+	spin_lock(&ctx->lock);
+	for (order = 0; order <= SS_CHUNK_ORDER; order++)
+		list_splice_init(&ctx->pool[order], &idle);
 	ctx->pooled = 0;
+	spin_unlock(&ctx->lock);
+	list_for_each_entry_safe(page, tmp, &idle, lru) {
+		list_del(&page->lru);
+		ss_free_page(page);
+	}
 }
