@@ -97,13 +97,17 @@ static int mock_send(struct stablesend_req *r)
 	while (done < r->len) {
 		size_t want = r->len - done < sizeof(buf) ?
 			      r->len - done : sizeof(buf);
-		ssize_t n = pread(r->file_fd, buf, want, r->offset + done);
+		ssize_t n = pread(r->file_fd, buf, want, r->offset + done), w;
 
 		if (n <= 0)
 			break;
-		if (send(r->sock_fd, buf, n, MSG_NOSIGNAL) != n)
-			return -1;
-		done += n;
+		/* As the module: a non-blocking socket takes what it has room for. */
+		w = send(r->sock_fd, buf, n, MSG_NOSIGNAL);
+		if (w < 0)
+			return done ? (int)done : -1;
+		done += w;
+		if (w < n)
+			break;
 	}
 	return done;
 }
@@ -447,7 +451,7 @@ static void test_sendfile(void)
 	      "failed calls leave the path alone");
 	conn_close(&c, 0);
 
-	/* non-blocking socket without room: EAGAIN without a SEND */
+	/* non-blocking socket without room: EAGAIN, the offset unchanged */
 	{
 		int fds[2];
 		static const char junk[4096];
@@ -461,7 +465,7 @@ static void test_sendfile(void)
 		mock.send_calls = 0;
 		off = 0;
 		CHECK_ERRNO(stablesend_sendfile(fds[0], fd, &off, 100), EAGAIN);
-		CHECK(!mock.send_calls, "no SEND when full");
+		CHECK(!off, "offset moved by a call that sent nothing");
 		close(fds[0]);
 		close(fds[1]);
 	}
