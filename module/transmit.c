@@ -455,10 +455,11 @@ static bool ss_async_stop(struct ss_req *req)
 /*
  * The head request could not go on: wait for space.  A wakeup that finds
  * @ss parked notifies the head's task.  When the socket refused although
- * poll says writable (TCP under memory pressure with a locked SO_SNDBUF)
- * try once more, then wait a little, as sk_stream_wait_memory() does,
- * instead of spinning; a signal interrupting the send (kTLS's tx_lock)
- * is also retried from the timer, once the signal has been delivered.
+ * poll says writable (TCP under memory pressure with a locked SO_SNDBUF,
+ * or no memory for a socket buffer) try once more, then wait a little, as
+ * sk_stream_wait_memory() does, instead of spinning; a signal interrupting
+ * the send (kTLS's tx_lock) is also retried from the timer, once the
+ * signal has been delivered.
  * Called with ss->lock held, which it drops.  Returns true to try again now.
  */
 static bool ss_park(struct ss_sock *ss, bool intr, bool *retried)
@@ -538,6 +539,11 @@ static void ss_pump(struct ss_sock *ss)
 			/* The next pass ends it. */
 			spin_unlock_bh(&ss->lock);
 			continue;
+		}
+		if (ret == -ENOBUFS || ret == -ENOMEM) {
+			/* No memory for socket buffers: wait a little, as TCP does. */
+			retried = true;
+			ret = -EAGAIN;
 		}
 		if (ret == -EAGAIN || ret == -EINTR || ret == -ERESTARTSYS) {
 			if (ss_park(ss, ret != -EAGAIN, &retried))

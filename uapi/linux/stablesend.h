@@ -90,7 +90,9 @@
  *	EAGAIN	non-blocking fd and the memory limit is reached now.
  *	EINTR	a signal arrived while waiting for memory.
  *	ENOBUFS	this open already has 65536 completion records unread or
- *		owed to requests in flight: read some first.
+ *		owed to requests in flight: read some first.  SEND: also when
+ *		the socket could not allocate a buffer, as send(2) reports it
+ *		(an asynchronous request retries after a short wait instead).
  *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
  *	EFAULT	a user pointer (request array, header, trailer) is bad.
  *	ENOMEM	the module could not allocate snapshot pages.
