@@ -36,7 +36,7 @@ SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci 
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
 	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2 gcc-multilib
-	trinity"
+	trinity apparmor"
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 SS_APT_WAIT=(-o DPkg::Lock::Timeout=600) # another apt/dpkg may be running
 # errexit inside $(...) too: a failing step must never run on with empty values.
