@@ -116,31 +116,6 @@ static int get(int fd, void *b, size_t n)
 	return read(fd, b, n) == (ssize_t)n ? 0 : -1;
 }
 
-/* ss_reap(), but a poll() cut short by EINTR (task work) waits on. */
-static int reap(int dev, struct stablesend_cqe *cqe, int n, int timeout_ms)
-{
-	double end = now_s() + timeout_ms / 1000.0;
-	int got = 0;
-
-	while (got < n) {
-		struct pollfd p = { .fd = dev, .events = POLLIN };
-		int left = (int)((end - now_s()) * 1000), r;
-
-		r = poll(&p, 1, left > 0 ? left : 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		r = read(dev, cqe + got, (n - got) * sizeof(*cqe));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		got += r / sizeof(*cqe);
-	}
-	return got;
-}
-
 static long long write_all(int fd, const char *b, size_t n)
 {
 	size_t done = 0;
@@ -196,7 +171,7 @@ static void sender(int cmd, int ans)
 			put(ans, &rep, sizeof(rep));
 			if (rep.ret != nreq)
 				break;
-			n = reap(dev, cqe, nreq, 60000 * ss_debug_scale(4));
+			n = ss_reap_intr(dev, cqe, nreq, 60000 * ss_debug_scale(4));
 			rep.ret = 0;
 			for (i = 0; i < n; i++)
 				rep.ret += cqe[i].res > 0 ? cqe[i].res : 0;

@@ -166,6 +166,35 @@ static inline int ss_reap(int dev, struct stablesend_cqe *cqe, int n,
 	return got;
 }
 
+/*
+ * ss_reap(), but a poll() or read() cut short by EINTR waits on: task work
+ * queued on this thread to send the rest of its requests may interrupt it.
+ */
+static inline int ss_reap_intr(int dev, struct stablesend_cqe *cqe, int n,
+			       int timeout_ms)
+{
+	double end = now_s() + timeout_ms / 1000.0;
+	int got = 0;
+
+	while (got < n) {
+		struct pollfd p = { .fd = dev, .events = POLLIN };
+		int left = (int)((end - now_s()) * 1000), r;
+
+		r = poll(&p, 1, left > 0 ? left : 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		r = read(dev, cqe + got, (n - got) * sizeof(*cqe));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			break;
+		got += r / sizeof(*cqe);
+	}
+	return got;
+}
+
 static inline void ss_counters(int dev, struct stablesend_counters *c)
 {
 	REQUIRE(ioctl(dev, STABLESEND_IOC_COUNTERS, c) == 0, "COUNTERS");

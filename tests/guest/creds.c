@@ -56,34 +56,6 @@ static long pidfd_pid(int pidfd)
 	return pid;
 }
 
-/*
- * ss_reap(), but a poll() cut short by EINTR waits on: task work queued on
- * this thread to send the rest of its requests may interrupt it.
- */
-static int reap(int dev, struct stablesend_cqe *cqe, int n, int timeout_ms)
-{
-	double end = now_s() + timeout_ms / 1000.0;
-	int got = 0;
-
-	while (got < n) {
-		struct pollfd p = { .fd = dev, .events = POLLIN };
-		int left = (int)((end - now_s()) * 1000), r;
-
-		r = poll(&p, 1, left > 0 ? left : 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		r = read(dev, cqe + got, (n - got) * sizeof(*cqe));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		got += r / sizeof(*cqe);
-	}
-	return got;
-}
-
 struct rx {
 	int sock;
 	int pidfd_on;		/* SO_PASSPIDFD took */
@@ -248,7 +220,7 @@ static void run(const char *who)
 	/* 2. A SUBMIT that fits. */
 	r[0] = ss_req(file, a, off, 100000, 2);
 	CHECK(ss_submit(dev, r, 1) == 1, "SUBMIT");
-	n = reap(dev, cqe, 1, 10000);
+	n = ss_reap_intr(dev, cqe, 1, 10000);
 	CHECK(n == 1 && cqe[0].res == 100000, "SUBMIT completion: %d, res %lld",
 	      n, n ? (long long)cqe[0].res : 0LL);
 	rx_init(&rx, b, pidfd_on, "SUBMIT", 100000, off);
@@ -264,11 +236,11 @@ static void run(const char *who)
 	r[1] = ss_req(file, a, off + (1 << 20), 64 << 10, 4);
 	CHECK(ss_submit(dev, r, 2) == 2, "SUBMIT of two");
 	usleep(200000);
-	CHECK(reap(dev, cqe, 1, 0) == 0, "1 MiB request SENT before the receiver read");
+	CHECK(ss_reap_intr(dev, cqe, 1, 0) == 0, "1 MiB request SENT before the receiver read");
 	rx_init(&rx, b, pidfd_on, "SUBMIT queued behind a full socket",
 		(1 << 20) + (64 << 10), off);
 	receive(&rx);
-	n = reap(dev, cqe, 2, 10000);
+	n = ss_reap_intr(dev, cqe, 2, 10000);
 	CHECK(n == 2 && cqe[0].res == 1 << 20 && cqe[1].res == 64 << 10,
 	      "queued completions: %d, res %lld %lld", n,
 	      n > 0 ? (long long)cqe[0].res : 0LL, n > 1 ? (long long)cqe[1].res : 0LL);

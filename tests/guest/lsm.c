@@ -56,31 +56,6 @@ static unsigned char pat(size_t i)
 	return (unsigned char)(i * 13 + (i >> 12) + 5);
 }
 
-/* ss_reap() that waits on through EINTR: our task work may interrupt poll. */
-static int reap(int dev, struct stablesend_cqe *cqe, int n, int timeout_ms)
-{
-	double end = now_s() + timeout_ms / 1000.0;
-	int got = 0;
-
-	while (got < n) {
-		struct pollfd p = { .fd = dev, .events = POLLIN };
-		int left = (int)((end - now_s()) * 1000), r;
-
-		r = poll(&p, 1, left > 0 ? left : 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		r = read(dev, cqe + got, (n - got) * sizeof(*cqe));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		got += r / sizeof(*cqe);
-	}
-	return got;
-}
-
 /*
  * Mount securityfs if init did not; 1 when AppArmor is active with
  * network mediation, 0 when this kernel has no AppArmor at all.
@@ -243,7 +218,7 @@ static int confined(const int *c, int file, int go, int out)
 	r[0] = ss_req(file, c[S_QUEUED], 0, QLEN, 1);
 	REQUIRE(ss_submit(dev, r, 1) == 1, "SUBMIT of 1 MiB");
 	usleep(200000);
-	REQUIRE(reap(dev, cqe, 1, 0) == 0,
+	REQUIRE(ss_reap_intr(dev, cqe, 1, 0) == 0,
 		"the 1 MiB request completed (res %lld) before the receiver read: nothing is queued",
 		(long long)cqe[0].res);
 
@@ -285,7 +260,7 @@ static int confined(const int *c, int file, int go, int out)
 	/* 3. An asynchronous SUBMIT on a socket with room. */
 	r[0] = ss_req(file, c[S_ASYNC], 0, LEN, 3);
 	CHECK(ss_submit(dev, r, 1) == 1, "SUBMIT");
-	n = reap(dev, cqe, 1, 10000 * ss_debug_scale(4));
+	n = ss_reap_intr(dev, cqe, 1, 10000 * ss_debug_scale(4));
 	CHECK(n == 1 && cqe[0].user_data == 3, "SUBMIT: %d completions", n);
 	if (n == 1)
 		CHECK(cqe[0].res == (expect_refused ? -v.err : LEN),
@@ -299,10 +274,10 @@ static int confined(const int *c, int file, int go, int out)
 	 */
 	r[0] = ss_req(file, c[S_QUEUED], QLEN, LEN, 4);
 	CHECK(ss_submit(dev, r, 1) == 1, "SUBMIT behind the 1 MiB");
-	CHECK(reap(dev, cqe, 1, 0) == 0, "a queued request completed before the receiver read");
+	CHECK(ss_reap_intr(dev, cqe, 1, 0) == 0, "a queued request completed before the receiver read");
 	REQUIRE(write(out, &v, sizeof(v)) == sizeof(v), "verdict");
 	REQUIRE(write(go, &b, 1) == 1, "go");
-	n = reap(dev, cqe, 2, 20000 * ss_debug_scale(4));
+	n = ss_reap_intr(dev, cqe, 2, 20000 * ss_debug_scale(4));
 	CHECK(n == 2 && cqe[0].user_data == 1 && cqe[1].user_data == 4,
 	      "queued: %d completions", n);
 	if (n == 2) {
