@@ -2,18 +2,27 @@
 /*
  * Completions: a request leaves its socket's FIFO exactly once
  * (ss_req_finish: sent, failed, cancelled or aborted), which posts its SENT
- * record.  From the moment it is queued its pages are watched (ss_reaper):
- * each one the socket took and the network stack has dropped again goes
+ * record.  Once the socket took some of it, its pages are watched
+ * (ss_reaper): each one the socket took and the network stack dropped goes
  * back to the pool at once, oldest first, so a large request gives back
  * memory while it is still being received; when the last is back the
  * RELEASED record is posted.  Frags hold plain page references, so there
- * is no callback: the reaper looks at page counts every tick while anything
- * is in flight, and not at all otherwise.  When no page has come back for
- * a few ticks it kicks every CPU's receive processing (see rxkick.c), at
- * growing intervals while nothing moves.
+ * is no callback: the reaper looks at page counts, in proportion to what
+ * moves.  A watched request whose pages keep coming back is looked at every
+ * tick, one where nothing moved twice as rarely each time, down to about
+ * twice a second (RELEASED asked for: every SS_LEVEL_RELEASED ticks at
+ * least).
+ * Requests parked on a full socket with nothing sent cost nothing.  A
+ * submitter waiting for memory has everything looked at on the next tick.
+ * When pages do not come back it kicks the receive processing of the
+ * housekeeping CPUs (see rxkick.c): while someone waits for memory or for
+ * a RELEASED record after a few ticks, at growing intervals; otherwise
+ * only for requests nothing moved for about a second, once a second at
+ * most, so that memory nobody waits for comes back too (closed opens).
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
+#include <linux/hashtable.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/sched/task.h>
@@ -21,8 +30,37 @@
 
 #include "ss.h"
 
-static LIST_HEAD(ss_inflight);
+/* Level L is looked at every 2^L ticks; the last about twice a second. */
+#define SS_LEVELS		(ilog2(HZ) + 1)
+#define SS_LEVEL_RELEASED	4
+
+/*
+ * The requests one socket took bytes of, oldest first.  A socket gives
+ * pages back in order, so the reaper looks at the oldest few only: its
+ * cost follows the sockets with pages out, not the requests.  Lives while
+ * a FIFO of its socket does or it has requests; the socket's next FIFO
+ * takes it over (a FIFO lives only while requests wait on it).
+ */
+struct ss_group {
+	struct hlist_node hash;		/* on ss_groups, by @key */
+	const void *key;		/* the socket */
+	struct list_head reqs;		/* ss_req.inflight */
+	struct list_head node;		/* on ss_watch[level] while @reqs is not empty */
+	unsigned int level;
+	unsigned int released;		/* requests on @reqs that asked for RELEASED */
+	bool sock_gone;			/* no FIFO owns it */
+};
+
+static DEFINE_HASHTABLE(ss_groups, 8);
+
+/* Groups by level, when each level is due next; all under the lock. */
+static struct list_head ss_watch[SS_LEVELS];
+static unsigned long ss_due[SS_LEVELS];
 static DEFINE_SPINLOCK(ss_inflight_lock);
+/* Someone began to wait for memory: look at everything on the next pass. */
+static bool ss_wanted;
+/* Submitters waiting for memory now: kicks are for them. */
+static atomic_t ss_waiters;
 static void ss_reaper_fn(struct work_struct *work);
 static DECLARE_DELAYED_WORK(ss_reaper, ss_reaper_fn);
 
@@ -67,6 +105,30 @@ static void ss_req_release(struct ss_req *req)
 	ss_req_put(req);
 }
 
+/* Take @req off its group, if on one.  Under ss_inflight_lock. */
+static void ss_group_del(struct ss_req *req)
+{
+	struct ss_group *g = req->group;
+
+	if (!g)
+		return;
+	list_del_init(&req->inflight);
+	req->group = NULL;
+	g->released -= !!req->cqe_released;
+}
+
+/* @g lost requests: off the lists when it has none, freed if its FIFO is too. */
+static void ss_group_check(struct ss_group *g)
+{
+	if (!g || !list_empty(&g->reqs))
+		return;
+	list_del_init(&g->node);
+	if (g->sock_gone) {
+		hash_del(&g->hash);
+		kfree(g);
+	}
+}
+
 /*
  * Give back @req's idle pages; true when all are idle, and then @req is
  * off the list, for the caller to ss_req_release().  Under ss_inflight_lock.
@@ -76,7 +138,7 @@ static bool ss_req_reap(struct ss_req *req)
 	unsigned int idle = ss_req_idle_pages(req, req->finished);
 
 	if (req->finished && idle == req->nr_pages) {
-		list_del_init(&req->inflight);
+		ss_group_del(req);
 		return true;
 	}
 	if (idle > req->nr_freed)
@@ -85,19 +147,110 @@ static bool ss_req_reap(struct ss_req *req)
 	return false;
 }
 
-/* A request is queued: watch its pages from now on. */
-void ss_inflight_add(struct ss_req *req)
+/*
+ * A pass within a tick: sooner than the rarer levels may have it due, but
+ * without pushing back a pass already due (racy read of the expiry: at
+ * worst one extra pass or one tick later).
+ */
+static void ss_reaper_soon(void)
 {
-	spin_lock(&ss_inflight_lock);
-	list_add_tail(&req->inflight, &ss_inflight);
-	spin_unlock(&ss_inflight_lock);
-	queue_delayed_work(stablesend_wq, &ss_reaper, 1);
+	if (!delayed_work_pending(&ss_reaper) ||
+	    time_after(READ_ONCE(ss_reaper.timer.expires), jiffies + 1))
+		mod_delayed_work(stablesend_wq, &ss_reaper, 1);
 }
 
-/* Someone waits for memory: look at the pages now. */
-void ss_reaper_kick(void)
+/**
+ * ss_group_get - the release group of a new FIFO of socket @key
+ * @key:	the socket
+ *
+ * The socket's earlier group if it still has requests, else a new one.
+ *
+ * Return: the group, or NULL.
+ */
+struct ss_group *ss_group_get(const void *key)
 {
-	mod_delayed_work(stablesend_wq, &ss_reaper, 0);
+	struct ss_group *g, *fresh = kzalloc(sizeof(*fresh), SS_GFP);
+
+	spin_lock(&ss_inflight_lock);
+	hash_for_each_possible(ss_groups, g, hash, (unsigned long)key) {
+		if (g->key == key && g->sock_gone) {
+			g->sock_gone = false;
+			goto out;
+		}
+	}
+	g = fresh;
+	fresh = NULL;
+	if (g) {
+		g->key = key;
+		INIT_LIST_HEAD(&g->reqs);
+		INIT_LIST_HEAD(&g->node);
+		hash_add(ss_groups, &g->hash, (unsigned long)key);
+	}
+out:
+	spin_unlock(&ss_inflight_lock);
+	kfree(fresh);
+	return g;
+}
+
+/**
+ * ss_group_sock_gone - the socket's FIFO is freed
+ * @g:		its group
+ *
+ * The group goes with its last request, unless a new FIFO takes it over.
+ */
+void ss_group_sock_gone(struct ss_group *g)
+{
+	spin_lock(&ss_inflight_lock);
+	g->sock_gone = true;
+	ss_group_check(g);
+	spin_unlock(&ss_inflight_lock);
+}
+
+/* Watch @g from the next tick on.  Under ss_inflight_lock. */
+static void ss_group_watch(struct ss_group *g)
+{
+	g->level = 0;
+	list_move_tail(&g->node, &ss_watch[0]);
+}
+
+/**
+ * ss_inflight_add - the socket took the first bytes of @req
+ * @req:	a request on its FIFO
+ * @g:		the FIFO's group
+ *
+ * From now on pages of it may come back.  Called by its sender, once.
+ */
+void ss_inflight_add(struct ss_req *req, struct ss_group *g)
+{
+	spin_lock(&ss_inflight_lock);
+	if (!req->group && !req->finished) {
+		req->group = g;
+		g->released += !!req->cqe_released;
+		list_add_tail(&req->inflight, &g->reqs);
+		if (list_empty(&g->node))
+			ss_group_watch(g);
+	}
+	spin_unlock(&ss_inflight_lock);
+	ss_reaper_soon();
+}
+
+/**
+ * ss_reaper_wait - a submitter starts (@delta 1) or stops (-1) waiting
+ * @delta:	1 or -1
+ *
+ * Each start has every page looked at on the next tick.  A waiter starts
+ * again only after something came back, so that costs no more than the
+ * progress made.  While anyone waits, no request is looked at more rarely
+ * than every SS_LEVEL_RELEASED ticks, and the CPUs are kicked when nothing
+ * moves.
+ */
+void ss_reaper_wait(int delta)
+{
+	atomic_add(delta, &ss_waiters);
+	if (delta > 0) {
+		WRITE_ONCE(ss_wanted, true);
+		mod_delayed_work(stablesend_wq, &ss_reaper, 0);
+	}
 }
 
 /**
@@ -109,6 +262,7 @@ void ss_req_finish(struct ss_req *req, s64 res)
 {
 	bool copied = req->copied && req->sent;
 	struct ss_ctx *ctx = req->ctx;
+	struct ss_group *g;
 	bool idle;
 
 	req->res = res;
@@ -145,43 +299,108 @@ void ss_req_finish(struct ss_req *req, s64 res)
 
 	spin_lock(&ss_inflight_lock);
 	req->finished = true;
+	/* Not idle: it is on its group (pages only go out once it is). */
+	g = req->group;
 	idle = ss_req_reap(req);
+	if (idle)
+		ss_group_check(g);
 	spin_unlock(&ss_inflight_lock);
 	if (idle)
 		ss_req_release(req);
+	else
+		ss_reaper_soon();
 }
 
-/* Reaper passes without progress before the first kick; doubles to HZ. */
+/* Passes without progress, while wanted, before the first kick; doubles to HZ. */
 #define SS_KICK_FIRST	2
+
+/*
+ * Look at the groups of level @l: from each one's oldest request on, give
+ * back what came back, until a request still has pages out.  A group that
+ * moved goes to level 0, one that did not a level up.  Under
+ * ss_inflight_lock.  Returns whether any page came back; *@released tells
+ * whether a request that still has pages out asked for RELEASED.
+ */
+static bool ss_reap_level(unsigned int l, struct list_head *next,
+			  struct list_head *idle, bool waiters, bool *released)
+{
+	struct ss_group *g, *gtmp;
+	struct ss_req *req, *tmp;
+	bool moved = false;
+
+	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
+		bool gmoved = false;
+		unsigned int top;
+
+		list_for_each_entry_safe(req, tmp, &g->reqs, inflight) {
+			unsigned int freed = req->nr_freed;
+
+			atomic64_inc(&stablesend_stats[SS_REAP_CHECKS]);
+			if (ss_req_reap(req)) {
+				list_add_tail(&req->inflight, idle);
+				gmoved = true;
+				continue;
+			}
+			gmoved |= req->nr_freed != freed;
+			break;
+		}
+		moved |= gmoved;
+		if (list_empty(&g->reqs)) {
+			ss_group_check(g);	/* off the lists, or freed */
+			continue;
+		}
+		top = waiters || g->released ? SS_LEVEL_RELEASED : SS_LEVELS - 1;
+		*released |= !!g->released;
+		g->level = gmoved ? 0 : min(l + 1, top);
+		list_move_tail(&g->node, &next[g->level]);
+	}
+	return moved;
+}
 
 static void ss_reaper_fn(struct work_struct *work)
 {
+	/* The work item never runs concurrently with itself: no lock. */
 	static unsigned int still, kick_at = SS_KICK_FIRST;
+	static unsigned long last_kick;
+	struct list_head next[SS_LEVELS];
+	bool wanted = xchg(&ss_wanted, false), released = false, moved = false;
+	bool stale, kick = false;
+	bool waiters = atomic_read(&ss_waiters);
+	unsigned long now = jiffies, delay = MAX_JIFFY_OFFSET;
 	struct ss_req *req, *tmp;
-	bool more, moved = false;
 	LIST_HEAD(idle);
+	unsigned int l;
 
+	for (l = 0; l < SS_LEVELS; l++)
+		INIT_LIST_HEAD(&next[l]);
 	spin_lock(&ss_inflight_lock);
-	list_for_each_entry_safe(req, tmp, &ss_inflight, inflight) {
-		unsigned int freed = req->nr_freed;
-
-		if (ss_req_reap(req)) {
-			list_add_tail(&req->inflight, &idle);
-			moved = true;
-		} else {
-			moved |= req->nr_freed != freed;
-		}
+	for (l = 0; l < SS_LEVELS; l++) {
+		if (!wanted && time_before(now, ss_due[l]))
+			continue;
+		ss_due[l] = now + (1UL << l);
+		moved |= ss_reap_level(l, next, &idle, waiters, &released);
 	}
-	more = !list_empty(&ss_inflight);
+	for (l = 0; l < SS_LEVELS; l++) {
+		list_splice_tail(&next[l], &ss_watch[l]);
+		if (!list_empty(&ss_watch[l]))
+			delay = min(delay, time_after(ss_due[l], now) ?
+				    ss_due[l] - now : 1UL);
+	}
+	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
 	spin_unlock(&ss_inflight_lock);
 
-	/* The work item never runs concurrently with itself: no lock. */
-	if (moved || !more) {
+	/* Soon for someone waiting: for memory, or for RELEASED. */
+	if (moved || !(waiters || released)) {
 		still = 0;
 		kick_at = SS_KICK_FIRST;
 	} else if (++still >= kick_at) {
 		still = 0;
 		kick_at = min_t(unsigned int, 2 * kick_at, HZ);
+		kick = true;
+	}
+	/* Else pages nothing moved for a while: once a second at most. */
+	if (kick || (stale && time_after_eq(now, last_kick + HZ))) {
+		last_kick = now;
 		ss_rx_kick();
 	}
 
@@ -189,8 +408,18 @@ static void ss_reaper_fn(struct work_struct *work)
 		list_del_init(&req->inflight);
 		ss_req_release(req);
 	}
-	if (more)
-		queue_delayed_work(stablesend_wq, &ss_reaper, 1);
+	if (delay != MAX_JIFFY_OFFSET)
+		queue_delayed_work(stablesend_wq, &ss_reaper, delay);
+}
+
+void ss_reaper_init(void)
+{
+	unsigned int l;
+
+	for (l = 0; l < SS_LEVELS; l++) {
+		INIT_LIST_HEAD(&ss_watch[l]);
+		ss_due[l] = jiffies;
+	}
 }
 
 void ss_reaper_stop(void)
@@ -224,6 +453,7 @@ static void ss_ctx_free(struct work_struct *work)
 	struct ss_ctx *ctx = container_of(work, struct ss_ctx, free_work);
 
 	ss_pool_drain(ctx);
+	ss_user_detach(ctx);
 	if (ctx->evfd)
 		eventfd_ctx_put(ctx->evfd);
 	atomic64_dec(&stablesend_stats[SS_CONTEXTS]);

@@ -20,10 +20,21 @@
 			 STABLESEND_FEAT_UNIX | STABLESEND_FEAT_KTLS |		\
 			 STABLESEND_FEAT_SPLICE_PAGES)
 
+/* An open's limit: no more than a synchronous result or its user may hold. */
+static u64 ss_limit(struct ss_ctx *ctx, u64 limit)
+{
+	u64 user = READ_ONCE(stablesend_user_limit);
+
+	limit = min_t(u64, limit, INT_MAX);
+	if (!ctx->unbounded)
+		limit = min(limit, user);
+	return max_t(u64, limit, PAGE_SIZE);
+}
+
 static int ss_open(struct inode *inode, struct file *file)
 {
 	struct ss_ctx *ctx;
-	int order;
+	int order, err;
 
 	ctx = kzalloc(sizeof(*ctx), SS_GFP);
 	if (!ctx)
@@ -37,8 +48,12 @@ static int ss_open(struct inode *inode, struct file *file)
 	init_waitqueue_head(&ctx->mem_wait);
 	for (order = 0; order <= SS_CHUNK_ORDER; order++)
 		INIT_LIST_HEAD(&ctx->pool[order]);
-	ctx->mem_limit = min_t(unsigned long, READ_ONCE(stablesend_default_limit),
-			       INT_MAX);
+	err = ss_user_attach(ctx);
+	if (err) {
+		kfree(ctx);
+		return err;
+	}
+	ctx->mem_limit = ss_limit(ctx, READ_ONCE(stablesend_default_limit));
 	/* Requests outlive the fd; the context keeps the module for them. */
 	__module_get(THIS_MODULE);
 	atomic64_inc(&stablesend_stats[SS_CONTEXTS]);
@@ -95,6 +110,8 @@ static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
 	if (limit < PAGE_SIZE ||
 	    limit > min_t(unsigned long, READ_ONCE(stablesend_max_limit), INT_MAX))
 		return -EINVAL;
+	/* Above its user's bound: what the user may hold (reported back). */
+	limit = ss_limit(ctx, limit);
 	if (s.eventfd != -1) {
 		evfd = eventfd_ctx_fdget(s.eventfd);
 		if (IS_ERR(evfd))
@@ -239,9 +256,10 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 
 	poll_wait(file, &ctx->cq_wait, pt);
 	poll_wait(file, &ctx->mem_wait, pt);
+	poll_wait(file, ss_user_waitq(ctx), pt);
 	if (READ_ONCE(ctx->cq_nr))
 		mask |= EPOLLIN | EPOLLRDNORM;
-	if (READ_ONCE(ctx->mem_used) < ctx->mem_limit)
+	if (READ_ONCE(ctx->mem_used) < ctx->mem_limit && ss_user_room(ctx))
 		mask |= EPOLLOUT | EPOLLWRNORM;
 	return mask;
 }
@@ -265,9 +283,11 @@ static const char *const ss_stat_names[SS_NR_STATS] = {
 	[SS_REQUESTS_IN_FLIGHT]	= "requests_in_flight",
 	[SS_BYTES_IN_FLIGHT]	= "bytes_in_flight",
 	[SS_POOL_BYTES]		= "pool_bytes",
+	[SS_POOL_IDLE_BYTES]	= "pool_idle_bytes",
 	[SS_ORDER0_FALLBACKS]	= "order0_fallbacks",
 	[SS_CONTEXTS]		= "contexts",
 	[SS_RX_KICKS]		= "rx_kicks",
+	[SS_REAP_CHECKS]	= "reap_checks",
 };
 
 static struct device_attribute ss_stat_dattrs[SS_NR_STATS];

@@ -24,18 +24,24 @@ static int __init ss_init(void)
 {
 	int err;
 
+	ss_reaper_init();
 	stablesend_wq = alloc_workqueue("stablesend", WQ_UNBOUND, 0);
 	if (!stablesend_wq)
 		return -ENOMEM;
 	err = ss_rx_kick_init();
 	if (err)
 		goto fail_wq;
-	err = ss_device_init();
+	err = ss_memory_init();
 	if (err)
 		goto fail_kick;
+	err = ss_device_init();
+	if (err)
+		goto fail_mem;
 	pr_info("ABI %d loaded\n", STABLESEND_ABI_VERSION);
 	return 0;
 
+fail_mem:
+	ss_memory_exit();
 fail_kick:
 	ss_rx_kick_exit();
 fail_wq:
@@ -52,6 +58,7 @@ static void __exit ss_exit(void)
 {
 	ss_device_exit();
 	ss_reaper_stop();
+	ss_memory_exit();
 	ss_rx_kick_exit();
 	destroy_workqueue(stablesend_wq);
 }

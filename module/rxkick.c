@@ -10,12 +10,13 @@
  * quiet connection a request's last pages could stay there for good: no
  * RELEASED record, and no memory for the next submission.  When the reaper
  * sees no page come back for a while it calls ss_rx_kick(), which schedules
- * a NAPI context of a dummy device on every online CPU; the NET_RX softirq
- * that runs it frees the defer list first.
+ * a NAPI context of a dummy device on every online housekeeping CPU; the
+ * NET_RX softirq that runs it frees the defer list first.
  */
 #include <linux/cpu.h>
 #include <linux/netdevice.h>
 #include <linux/percpu.h>
+#include <linux/sched/isolation.h>
 #include <linux/workqueue.h>
 
 #include "ss.h"
@@ -44,14 +45,21 @@ static void ss_rx_kick_fn(struct work_struct *work)
 	local_bh_enable();	/* runs the softirq */
 }
 
+/*
+ * Only housekeeping CPUs: nohz_full and isolated CPUs are left alone (their
+ * defer lists wait for their own next receive processing).
+ */
 void ss_rx_kick(void)
 {
+	const struct cpumask *wq = housekeeping_cpumask(HK_TYPE_WQ);
+	const struct cpumask *dom = housekeeping_cpumask(HK_TYPE_DOMAIN);
 	unsigned int cpu;
 
 	cpus_read_lock();
-	for_each_online_cpu(cpu)
-		queue_work_on(cpu, system_highpri_wq,
-			      &per_cpu_ptr(ss_kicks, cpu)->work);
+	for_each_cpu_and(cpu, cpu_online_mask, wq)
+		if (cpumask_test_cpu(cpu, dom))
+			queue_work_on(cpu, system_highpri_wq,
+				      &per_cpu_ptr(ss_kicks, cpu)->work);
 	cpus_read_unlock();
 	atomic64_inc(&stablesend_stats[SS_RX_KICKS]);
 }

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Snapshot: the one copy.  Header, file range and trailer are copied into
- * pages the module owns, packed back to back, at submission time.  Pages
- * are high-order compound pages (order-0 when memory is fragmented),
- * charged to the submitter's memory cgroup, and kept in a per-open pool for
- * reuse once the network stack has dropped its references.
+ * pages the module owns (memory.c), packed back to back, at submission
+ * time.  Pages are high-order compound pages (order-0 when memory is
+ * fragmented), charged to the submitter's memory cgroup, and kept in a
+ * per-open pool for reuse once the network stack has dropped its references.
  *
- * A request reserves its memory whole when that fits at once.  Otherwise
+ * A request is charged whole to the open's user first (memory.c), then
+ * reserves the open's memory whole when that fits at once.  Otherwise
  * (a blocking fd) it reserves and copies one chunk at a time, waiting for
  * the pages earlier requests give back as the receiver drains them, so copy
  * and transmission overlap even when one request is a large part of the
@@ -32,89 +33,6 @@ static u64 ss_need(u64 total)
 	u64 rem = total % SS_CHUNK_SIZE;
 
 	return total - rem + (rem ? PAGE_SIZE << get_order(rem) : 0);
-}
-
-static bool ss_mem_fits(struct ss_ctx *ctx, u64 need)
-{
-	return READ_ONCE(ctx->mem_used) + need <= ctx->mem_limit;
-}
-
-static void ss_free_page(struct page *page)
-{
-	unsigned int order = compound_order(page);
-
-	atomic64_sub(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
-	__free_pages(page, order);
-}
-
-/*
- * Reserve @need bytes of the open's memory, waiting for them unless
- * @nonblock.  The pool is left alone: the request takes its pages from it
- * first, and ss_get_page() trims what is left over before it allocates.
- */
-static int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
-{
-	spin_lock(&ctx->lock);
-	while (!ss_mem_fits(ctx, need)) {
-		spin_unlock(&ctx->lock);
-		if (nonblock)
-			return -EAGAIN;
-		ss_reaper_kick();
-		if (wait_event_interruptible(ctx->mem_wait,
-					     ss_mem_fits(ctx, need)))
-			return -ERESTARTSYS;	/* nothing queued: restartable */
-		spin_lock(&ctx->lock);
-	}
-	ctx->mem_used += need;
-	ctx->stats.mem_peak = max(ctx->stats.mem_peak, ctx->mem_used);
-	spin_unlock(&ctx->lock);
-	return 0;
-}
-
-/*
- * A page of @order for a request whose reservation covers it: from the pool
- * when it has one, else freshly allocated.  Before allocating, pooled pages
- * of other orders go back to the page allocator until reservations plus
- * pool fit the limit again, so what the open holds never exceeds it.
- * Reusing pages matters: a fresh one is also cleared when init_on_alloc is
- * on (Debian's default), a second pass over every byte.
- */
-static struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
-{
-	struct page *page;
-	unsigned int o;
-	gfp_t gfp;
-
-	spin_lock(&ctx->lock);
-	page = list_first_entry_or_null(&ctx->pool[order], struct page, lru);
-	if (page) {
-		list_del(&page->lru);
-		ctx->pooled -= PAGE_SIZE << order;
-		spin_unlock(&ctx->lock);
-		return page;
-	}
-	/* Gone before the lock is dropped: no thread of the open counts on them. */
-	for (o = 0; o <= SS_CHUNK_ORDER; o++) {
-		while (ctx->mem_used + ctx->pooled > ctx->mem_limit &&
-		       !list_empty(&ctx->pool[o])) {
-			page = list_first_entry(&ctx->pool[o], struct page, lru);
-			list_del(&page->lru);
-			ctx->pooled -= PAGE_SIZE << o;
-			ss_free_page(page);
-		}
-	}
-	spin_unlock(&ctx->lock);
-
-	/*
-	 * Fail instead of invoking the OOM killer when the cgroup is full: the
-	 * submitter gets ENOMEM.  High orders give up early and fall back.
-	 */
-	gfp = order ? (SS_GFP & ~__GFP_RETRY_MAYFAIL) | __GFP_COMP | __GFP_NORETRY :
-		      SS_GFP;
-	page = alloc_pages(gfp, order);
-	if (page)
-		atomic64_add(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
-	return page;
 }
 
 /*
@@ -242,7 +160,8 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	int err;
 
 	/* Before anything sized by the request is allocated. */
-	if (need > READ_ONCE(ctx->mem_limit))
+	if (need > READ_ONCE(ctx->mem_limit) ||
+	    (need > READ_ONCE(stablesend_user_limit) && !ctx->unbounded))
 		return ERR_PTR(-EMSGSIZE);
 	req = kzalloc(sizeof(*req), SS_GFP);
 	if (!req)
@@ -278,6 +197,11 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 		goto fail;
 	req->cq_charged = ncqe;
 	req->need = need;
+	/* The user's bound: waiting here holds nothing the user has. */
+	err = ss_user_reserve(ctx, need, nonblock);
+	if (err)
+		goto fail;
+	req->user_charged = need;
 	/* Whole if it fits now (or must: O_NONBLOCK), else piecemeal. */
 	err = ss_reserve(ctx, need, true);
 	if (!err) {
@@ -470,73 +394,4 @@ unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished)
 			break;
 	}
 	return i;
-}
-
-/*
- * Give the request's pages up to entry @end back to the pool (or the page
- * allocator once the open is closed) and their reservation to the open.
- * Pooling does not change what the open holds; ss_get_page() trims the
- * pool before it allocates.  Returns the bytes of reservation given back.
- */
-u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
-{
-	struct ss_ctx *ctx = req->ctx;
-	LIST_HEAD(freed);
-	struct page *page, *tmp;
-	u64 bytes = 0;
-	unsigned int i;
-
-	spin_lock(&ctx->lock);
-	for (i = req->nr_freed; i < end; i++) {
-		bytes += PAGE_SIZE << compound_order(req->bvec[i].bv_page);
-		if (i < req->nr_send)
-			req->freed_bytes += req->bvec[i].bv_len;
-	}
-	/* The last pages take along what was reserved but never filled. */
-	if (end == req->nr_pages)
-		bytes = req->charged;
-	ctx->mem_used -= bytes;
-	req->charged -= bytes;
-	for (i = req->nr_freed; i < end; i++) {
-		unsigned int order;
-
-		page = req->bvec[i].bv_page;
-		order = compound_order(page);
-		if (!ctx->closed) {
-			list_add(&page->lru, &ctx->pool[order]);
-			ctx->pooled += PAGE_SIZE << order;
-		} else {
-			list_add(&page->lru, &freed);
-		}
-	}
-	req->nr_freed = end;
-	spin_unlock(&ctx->lock);
-	if (bytes)
-		wake_up_interruptible_all(&ctx->mem_wait);
-	list_for_each_entry_safe(page, tmp, &freed, lru) {
-		list_del(&page->lru);
-		ss_free_page(page);
-	}
-	return bytes;
-}
-
-/*
- * Free the idle pooled pages of a closed open; pages still held by the
- * network stack are freed as they come back (ss_req_free_pages()).
- */
-void ss_pool_drain(struct ss_ctx *ctx)
-{
-	struct page *page, *tmp;
-	LIST_HEAD(idle);
-	int order;
-
-	spin_lock(&ctx->lock);
-	for (order = 0; order <= SS_CHUNK_ORDER; order++)
-		list_splice_init(&ctx->pool[order], &idle);
-	ctx->pooled = 0;
-	spin_unlock(&ctx->lock);
-	list_for_each_entry_safe(page, tmp, &idle, lru) {
-		list_del(&page->lru);
-		ss_free_page(page);
-	}
 }

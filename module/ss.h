@@ -3,9 +3,10 @@
  * stablesend: internal interfaces.
  *
  * Data path: device.c (the fd) -> submit.c (validate, snapshot, queue) ->
- * snapshot.c (pool pages, the one copy) -> transmit.c (per-socket FIFO,
- * pages handed over by reference in the submitter's context) ->
- * completion.c (SENT/RELEASED records, page release tracking).
+ * snapshot.c (the one copy, into pages memory.c hands out and bounds) ->
+ * transmit.c (per-socket FIFO, pages handed over by reference in the
+ * submitter's context) -> completion.c (SENT/RELEASED records, page
+ * release tracking, pages back to memory.c).
  */
 #ifndef _SS_H
 #define _SS_H
@@ -41,6 +42,7 @@
 extern struct workqueue_struct *stablesend_wq;
 extern unsigned long stablesend_default_limit;
 extern unsigned long stablesend_max_limit;
+extern unsigned long stablesend_user_limit;
 
 /* Module-wide counters, one file each under /sys/class/misc/stablesend/stats/. */
 enum ss_stat {
@@ -51,9 +53,11 @@ enum ss_stat {
 	SS_REQUESTS_IN_FLIGHT,	/* accepted, pages not yet released */
 	SS_BYTES_IN_FLIGHT,	/* pool bytes those requests hold */
 	SS_POOL_BYTES,		/* every page the module owns */
+	SS_POOL_IDLE_BYTES,	/* of which idle on a pool */
 	SS_ORDER0_FALLBACKS,	/* high-order allocations that failed */
 	SS_CONTEXTS,		/* opens not yet freed */
 	SS_RX_KICKS,		/* ss_rx_kick() calls */
+	SS_REAP_CHECKS,		/* looks the reaper took at a request's pages */
 	SS_NR_STATS
 };
 
@@ -78,6 +82,9 @@ struct ss_ctx {
 	bool setup_done;	/* SETUP called, or a request submitted */
 	bool closed;		/* fd released: no records any more */
 	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
+	struct ss_user *user;		/* who opened it (memory.c) */
+	struct list_head idle_node;	/* on user->idle while @pool has pages */
+	bool unbounded;			/* opener had CAP_SYS_RESOURCE */
 	struct work_struct free_work;	/* the last reference is gone */
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
@@ -93,6 +100,7 @@ enum ss_req_state {
 };
 
 struct ss_sock;
+struct ss_group;
 
 /* ss_req.tw_flags */
 #define SS_REQ_TW_PENDING	0	/* @tw or @orphan queued */
@@ -109,13 +117,14 @@ struct ss_req {
 	unsigned long tw_flags;
 	struct list_head fifo;		/* on sock->fifo, under sock->lock */
 	struct list_head ctx_node;	/* on ctx->queued, under ctx->lock */
-	struct list_head inflight;	/* on the release list */
+	struct list_head inflight;	/* on group->reqs, once sent */
 	enum ss_req_state state;	/* under sock->lock */
 	bool abort;		/* stop after what was sent (set under sock->lock) */
 	bool sync;		/* STABLESEND_IOC_SEND: sent by its caller, no SENT record */
 	bool copied;		/* the protocol copies (kTLS, no SG) */
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
+	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
 	u64 user_data;
 	u32 flags;		/* STABLESEND_REQ_* */
 	size_t total;		/* bytes to send */
@@ -123,6 +132,7 @@ struct ss_req {
 	s64 res;		/* final result, once DONE */
 	u64 need;		/* pool bytes for the whole request */
 	u64 charged;		/* bytes reserved in ctx->mem_used */
+	u64 user_charged;	/* bytes charged to the open's user */
 	u64 cap;		/* bytes of the pages filled in so far */
 	u64 freed_bytes;	/* data bytes of the pages given back */
 	unsigned int cq_charged;	/* records reserved in ctx->cq_reserved */
@@ -158,6 +168,17 @@ int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 		struct file *file, u64 flen);
 void ss_req_unlock(struct ss_req *req);
 unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished);
+
+/* memory.c */
+int ss_memory_init(void);
+void ss_memory_exit(void);
+int ss_user_attach(struct ss_ctx *ctx);
+void ss_user_detach(struct ss_ctx *ctx);
+int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock);
+bool ss_user_room(struct ss_ctx *ctx);
+wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx);
+int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock);
+struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order);
 u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
 
@@ -178,8 +199,11 @@ void ss_req_finish(struct ss_req *req, s64 res);
 void ss_req_put(struct ss_req *req);
 void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
-void ss_reaper_kick(void);
-void ss_inflight_add(struct ss_req *req);
+void ss_reaper_init(void);
+void ss_reaper_wait(int delta);
+struct ss_group *ss_group_get(const void *key);
+void ss_group_sock_gone(struct ss_group *g);
+void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);

@@ -32,10 +32,15 @@ static int ss_check_req(const struct stablesend_req *ur)
 /*
  * Validate, snapshot and queue one request.  Returns it with a reference
  * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
+ * A SEND (@sender) enters the senders only once its memory is had and its
+ * snapshot taken: until then task work for the caller's other requests
+ * interrupts a wait for memory that those requests may be holding.
  */
 static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
-				 const struct stablesend_req *ur, bool sync)
+				 const struct stablesend_req *ur,
+				 struct ss_sender *sender)
 {
+	bool sync = sender;
 	struct ss_req *req;
 	struct socket *sock;
 	bool copies = false;
@@ -84,6 +89,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	req->copied = copies;
 	err = ss_snapshot(req, ur, file, flen);
 	fput(file);
+	if (!err && sender)
+		err = ss_sender_enter(sender);
 	if (err) {
 		sockfd_put(sock);
 		ss_req_put(req);
@@ -93,6 +100,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	refcount_inc(&req->ref);
 	err = ss_enqueue(req, sock);
 	if (err) {
+		if (sender)
+			ss_sender_leave(sender);
 		ss_req_put(req);
 		ss_req_put(req);
 		return ERR_PTR(err);
@@ -136,7 +145,7 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 			err = -EFAULT;
 			break;
 		}
-		req = ss_prepare(ctx, dev, &ur, false);
+		req = ss_prepare(ctx, dev, &ur, NULL);
 		if (IS_ERR(req)) {
 			err = PTR_ERR(req);
 			break;
@@ -159,16 +168,11 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 	if (copy_from_user(&ur, arg, sizeof(ur)))
 		return -EFAULT;
 	ss_mark_setup(ctx);
-	res = ss_sender_enter(&sender);
-	if (res)
-		return res;
-	req = ss_prepare(ctx, dev, &ur, true);
-	if (IS_ERR(req)) {
-		res = PTR_ERR(req);
-	} else {
-		res = ss_sync_send(req);
-		ss_req_put(req);
-	}
+	req = ss_prepare(ctx, dev, &ur, &sender);
+	if (IS_ERR(req))
+		return PTR_ERR(req);
+	res = ss_sync_send(req);
+	ss_req_put(req);
 	ss_sender_leave(&sender);
 	return res;
 }

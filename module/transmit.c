@@ -71,6 +71,7 @@ struct ss_sock {
 	wait_queue_head_t turn;		/* where they sleep */
 	struct wait_queue_entry wait;	/* on the socket's wait queue */
 	struct timer_list retry;	/* EAGAIN although writable */
+	struct ss_group *group;		/* requests whose pages it took (completion.c) */
 };
 
 /* A synchronous sender waiting on @turn; it sends its own task's requests. */
@@ -252,6 +253,7 @@ void ss_sock_put(struct ss_sock *ss)
 	timer_delete_sync(&ss->retry);
 	ss_sock_unlinger(ss);
 	fput(ss->file);
+	ss_group_sock_gone(ss->group);
 	kfree(ss);
 }
 
@@ -426,6 +428,8 @@ static int ss_xmit(struct ss_sock *ss, struct ss_req *req, int msg_flags,
 		}
 		/* After the sendmsg took its page references: ss_req_idle_pages(). */
 		smp_store_release(&req->sent, req->sent + ret);
+		if (req->sent == ret)
+			ss_inflight_add(req, ss->group);	/* its pages may come back now */
 		if (budget)
 			*budget -= ret;
 		ret = 0;
@@ -626,6 +630,13 @@ static struct ss_sock *ss_sock_get(struct socket *sock)
 		goto put_sock;
 
 	ss = kzalloc(sizeof(*ss), SS_GFP);
+	if (ss) {
+		ss->group = ss_group_get(sock);
+		if (!ss->group) {
+			kfree(ss);
+			ss = NULL;
+		}
+	}
 	if (!ss) {
 		sockfd_put(sock);
 		return NULL;
@@ -650,6 +661,7 @@ static struct ss_sock *ss_sock_get(struct socket *sock)
 		return ss;
 	/* Lost a race with another submitter: use theirs. */
 	remove_wait_queue(&sock->wq.wait, &ss->wait);
+	ss_group_sock_gone(ss->group);
 	kfree(ss);
 	ss = old;
 put_sock:
@@ -681,7 +693,6 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	atomic64_inc(&stablesend_stats[SS_REQUESTS]);
 	atomic64_inc(&stablesend_stats[SS_REQUESTS_IN_FLIGHT]);
 	atomic64_add(req->charged, &stablesend_stats[SS_BYTES_IN_FLIGHT]);
-	ss_inflight_add(req);
 
 	/*
 	 * Both lists at once, in the order cancel takes the locks: a CANCEL

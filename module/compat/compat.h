@@ -59,6 +59,40 @@ static inline struct net_device *stablesend_alloc_netdev_dummy(int sizeof_priv)
 #define PF_USER_WORKER			0
 #endif
 
+#ifndef HAVE_SHRINKER_ALLOC
+#include <linux/shrinker.h>
+#include <linux/slab.h>
+
+/* Before 6.7 a shrinker lived in memory its user provided. */
+static inline struct shrinker *
+stablesend_shrinker_alloc(unsigned int flags, const char *name)
+{
+	struct shrinker *s = kzalloc(sizeof(*s), GFP_KERNEL);
+
+	if (s)
+		s->flags = flags;
+	return s;
+}
+
+static inline void stablesend_shrinker_register(struct shrinker *s)
+{
+	/* Without it idle pools are freed at close only. */
+	if (register_shrinker(s, "stablesend-pool"))
+		pr_warn("no shrinker: idle pool pages are kept until close\n");
+}
+
+static inline void stablesend_shrinker_free(struct shrinker *s)
+{
+	if (s)
+		unregister_shrinker(s);	/* a no-op if never registered */
+	kfree(s);
+}
+
+#define shrinker_alloc(flags, name)	stablesend_shrinker_alloc(flags, name)
+#define shrinker_register(s)		stablesend_shrinker_register(s)
+#define shrinker_free(s)		stablesend_shrinker_free(s)
+#endif
+
 struct socket;
 struct msghdr;
 

@@ -68,7 +68,9 @@
  * read(2) on the device fd returns whole struct stablesend_cqe records
  * (EINVAL for a buffer smaller than one record), blocking unless the fd is
  * non-blocking (EAGAIN).  poll(2) reports EPOLLIN while completions are
- * queued and EPOLLOUT while snapshot memory is below the limit.  The
+ * queued and EPOLLOUT while snapshot memory is below the open's limit and
+ * the user's (module parameter user_limit, all opens of the user who
+ * opened the device together).  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
@@ -86,8 +88,10 @@
  *	ENOTCONN the socket is not connected (including listening sockets).
  *	EPIPE	the socket is shut down for writing.
  *	ENODATA	offset is at or past end of file.
- *	EMSGSIZE the request is larger than this open's memory limit.
- *	EAGAIN	non-blocking fd and the memory limit is reached now.
+ *	EMSGSIZE the request is larger than this open's memory limit, or
+ *		than user_limit (without CAP_SYS_RESOURCE).
+ *	EAGAIN	non-blocking fd and the open's or the user's memory limit is
+ *		reached now (the user's: unless CAP_SYS_RESOURCE).
  *	EINTR	a signal arrived while waiting for memory.
  *	ENOBUFS	this open already has 65536 completion records unread or
  *		owed to requests in flight: read some first.  SEND: also when
@@ -136,7 +140,9 @@
  * @flags:	in: must be zero
  * @mem_limit:	in: bytes of snapshot memory this open may hold, 0 for the
  *		module default (parameter default_limit); larger than the
- *		parameter max_limit fails with EINVAL.  out: the limit in force.
+ *		parameter max_limit fails with EINVAL; above user_limit it is
+ *		cut to user_limit (without CAP_SYS_RESOURCE).  out: the limit
+ *		in force.
  * @features:	out: STABLESEND_FEAT_* supported by this module and kernel
  * @abi_version: out: STABLESEND_ABI_VERSION of the module
  * @reserved0:	must be zero

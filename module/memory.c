@@ -1,0 +1,572 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Snapshot memory: the pages the module owns, who holds them, and the bounds.
+ *
+ * Every pool page belongs to one open: reserved by one of its live requests
+ * or idle on its pool.  Two bounds apply:
+ * - per open (ctx->mem_limit): reservations plus pool.  A request reserves
+ *   whole, or piecemeal while earlier requests drain (snapshot.c);
+ * - per user (user_limit): the same, summed over every open of the user who
+ *   opened the device (its real uid, as pipes count).  A request is charged
+ *   whole to its user before it reserves anything of its open, so nothing is
+ *   held while it waits for the user's memory, and two opens of one user
+ *   cannot wait for each other.  Idle pools of the user's opens are given
+ *   back before anyone waits.  CAP_SYS_RESOURCE goes beyond the bound.
+ * A shrinker gives idle pool pages back under memory pressure.
+ */
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/hashtable.h>
+#include <linux/mm.h>
+#include <linux/moduleparam.h>
+#include <linux/poll.h>
+#include <linux/sched/signal.h>
+#include <linux/shrinker.h>
+#include <linux/slab.h>
+
+#include "ss.h"
+
+/* One user's opens. */
+struct ss_user {
+	struct hlist_node node;		/* on ss_users */
+	kuid_t uid;
+	unsigned int nr_ctx;		/* its opens, under ss_users_lock */
+	spinlock_t lock;		/* @idle; taken before ctx->lock */
+	struct list_head idle;		/* its opens with idle pages, by ctx->idle_node */
+	atomic64_t held;		/* bytes: requests' charges plus pools */
+	atomic64_t pooled;		/* of which idle on pools */
+	atomic_t returns;		/* bumped whenever pages come back */
+	atomic_t waiting;		/* submitters waiting for @held to fall */
+	wait_queue_head_t wait;		/* them, and poll() */
+};
+
+/*
+ * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock;
+ * nothing allocates or sleeps under any of them.
+ */
+static DEFINE_HASHTABLE(ss_users, 6);
+static DEFINE_SPINLOCK(ss_users_lock);
+
+static struct shrinker *ss_shrinker;
+
+static void ss_free_page(struct page *page)
+{
+	unsigned int order = compound_order(page);
+
+	atomic64_sub(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
+	__free_pages(page, order);
+}
+
+static void ss_free_list(struct list_head *pages)
+{
+	struct page *page, *tmp;
+
+	list_for_each_entry_safe(page, tmp, pages, lru) {
+		list_del(&page->lru);
+		ss_free_page(page);
+	}
+}
+
+/* Pages of the user's came back, freed or pooled: wake whoever waits. */
+static void ss_user_returned(struct ss_user *u)
+{
+	/* A waiter that sees the new count sees the new @held too. */
+	smp_mb__before_atomic();
+	atomic_inc(&u->returns);
+	if (wq_has_sleeper(&u->wait))
+		wake_up_interruptible_poll(&u->wait, EPOLLOUT | EPOLLWRNORM);
+}
+
+static void ss_user_uncharge(struct ss_user *u, u64 bytes)
+{
+	if (!bytes)
+		return;
+	atomic64_sub(bytes, &u->held);
+	ss_user_returned(u);
+}
+
+static bool ss_user_try_charge(struct ss_user *u, u64 bytes, u64 limit)
+{
+	s64 held = atomic64_read(&u->held);
+
+	do {
+		if (held + bytes > limit)
+			return false;
+	} while (!atomic64_try_cmpxchg(&u->held, &held, held + bytes));
+	return true;
+}
+
+/*
+ * The open's pool grew (@bytes > 0) or shrank by @bytes: the counters that
+ * follow it.  Called with ctx->lock held, so they never go below zero.
+ */
+static void ss_pool_account(struct ss_ctx *ctx, s64 bytes)
+{
+	ctx->pooled += bytes;
+	atomic64_add(bytes, &ctx->user->pooled);
+	atomic64_add(bytes, &stablesend_stats[SS_POOL_IDLE_BYTES]);
+}
+
+/*
+ * Move idle pool pages of @ctx to @out until @want bytes or the pool is
+ * empty; returns the bytes moved.  Called with ctx->lock held; the caller
+ * takes the open off its user's idle list once the pool is empty.
+ */
+static u64 ss_pool_take(struct ss_ctx *ctx, u64 want, struct list_head *out)
+{
+	u64 got = 0;
+	int order;
+
+	for (order = 0; order <= SS_CHUNK_ORDER && got < want; order++) {
+		while (got < want && !list_empty(&ctx->pool[order])) {
+			list_move(ctx->pool[order].next, out);
+			got += PAGE_SIZE << order;
+		}
+	}
+	ss_pool_account(ctx, -(s64)got);
+	return got;
+}
+
+/*
+ * Free idle pool pages of @u's opens, @want bytes or a little more, other
+ * opens' before @own's.  An open is put on the idle list with pages and
+ * taken off when a walk finds it empty, so a walk is bounded by @want plus
+ * the opens emptied since the last one.  Returns the bytes freed.
+ */
+static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
+{
+	struct ss_ctx *ctx, *tmp;
+	LIST_HEAD(pages);
+	u64 got = 0;
+	int pass;
+
+	spin_lock(&u->lock);
+	for (pass = 0; pass < 2 && got < want; pass++) {
+		list_for_each_entry_safe(ctx, tmp, &u->idle, idle_node) {
+			if (pass ? ctx != own : ctx == own)
+				continue;
+			spin_lock(&ctx->lock);
+			got += ss_pool_take(ctx, want - got, &pages);
+			if (!ctx->pooled)
+				list_del_init(&ctx->idle_node);
+			spin_unlock(&ctx->lock);
+			if (got >= want)
+				break;
+		}
+	}
+	spin_unlock(&u->lock);
+	ss_free_list(&pages);
+	ss_user_uncharge(u, got);
+	return got;
+}
+
+/**
+ * ss_user_reserve - charge a request's memory to the open's user
+ * @ctx:	the open
+ * @need:	bytes of pool pages the request needs
+ * @nonblock:	fail with EAGAIN instead of waiting
+ *
+ * Called in the submitter's context, before anything of the open is
+ * reserved.  Over the bound the submitter's CAP_SYS_RESOURCE lets it pass.
+ */
+int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
+{
+	struct ss_user *u = ctx->user;
+	int seen, err;
+	u64 limit;
+	s64 busy;
+
+	if (ctx->unbounded) {
+		atomic64_add(need, &u->held);
+		return 0;
+	}
+	for (;;) {
+		seen = atomic_read_acquire(&u->returns);
+		limit = READ_ONCE(stablesend_user_limit);
+		if (need > limit)
+			return -EMSGSIZE;	/* the bound was lowered */
+		if (ss_user_try_charge(u, need, limit))
+			return 0;
+		/* Idle pages make room only if the rest leaves enough. */
+		busy = atomic64_read(&u->held) - atomic64_read(&u->pooled);
+		if (busy + need <= limit &&
+		    ss_user_trim(u, ctx, atomic64_read(&u->held) + need - limit) &&
+		    ss_user_try_charge(u, need, limit))
+			return 0;
+		if (nonblock)
+			return -EAGAIN;
+		/* Pages that come back are freed, not pooled, while we wait. */
+		atomic_inc(&u->waiting);
+		ss_reaper_wait(1);
+		err = wait_event_interruptible(u->wait,
+					       atomic_read(&u->returns) != seen);
+		ss_reaper_wait(-1);
+		atomic_dec(&u->waiting);
+		if (err)
+			return -ERESTARTSYS;	/* nothing queued: restartable */
+	}
+}
+
+/* Room for another request of the user's, for poll(): idle pages count as room. */
+bool ss_user_room(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	return ctx->unbounded ||
+	       atomic64_read(&u->held) - atomic64_read(&u->pooled) <
+	       READ_ONCE(stablesend_user_limit);
+}
+
+wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)
+{
+	return &ctx->user->wait;
+}
+
+static bool ss_mem_fits(struct ss_ctx *ctx, u64 need)
+{
+	return READ_ONCE(ctx->mem_used) + need <= ctx->mem_limit;
+}
+
+/**
+ * ss_reserve - reserve bytes of the open's memory
+ * @ctx:	the open
+ * @need:	bytes
+ * @nonblock:	fail with EAGAIN instead of waiting
+ *
+ * The pool is left alone: the request takes its pages from it first, and
+ * ss_get_page() trims what is left over before it allocates.
+ */
+int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
+{
+	int err;
+
+	spin_lock(&ctx->lock);
+	while (!ss_mem_fits(ctx, need)) {
+		spin_unlock(&ctx->lock);
+		if (nonblock)
+			return -EAGAIN;
+		ss_reaper_wait(1);
+		err = wait_event_interruptible(ctx->mem_wait,
+					       ss_mem_fits(ctx, need));
+		ss_reaper_wait(-1);
+		if (err)
+			return -ERESTARTSYS;	/* nothing queued: restartable */
+		spin_lock(&ctx->lock);
+	}
+	ctx->mem_used += need;
+	ctx->stats.mem_peak = max(ctx->stats.mem_peak, ctx->mem_used);
+	spin_unlock(&ctx->lock);
+	return 0;
+}
+
+/**
+ * ss_get_page - a page of @order for a request whose reservation covers it
+ * @ctx:	the request's open
+ * @order:	0 to SS_CHUNK_ORDER
+ *
+ * From the pool when it has one, else freshly allocated.  Before
+ * allocating, pooled pages of other orders go back to the page allocator
+ * until reservations plus pool fit the limit again, so what the open holds
+ * never exceeds it.  Reusing pages matters: a fresh one is also cleared
+ * when init_on_alloc is on (Debian's default), a second pass over every
+ * byte.
+ */
+struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
+{
+	struct page *page;
+	LIST_HEAD(trim);
+	u64 over, got;
+	gfp_t gfp;
+
+	spin_lock(&ctx->lock);
+	page = list_first_entry_or_null(&ctx->pool[order], struct page, lru);
+	if (page) {
+		list_del(&page->lru);
+		ss_pool_account(ctx, -(s64)(PAGE_SIZE << order));
+		spin_unlock(&ctx->lock);
+		/* The request's charge covers it from now on. */
+		ss_user_uncharge(ctx->user, PAGE_SIZE << order);
+		return page;
+	}
+	/* Gone before the lock is dropped: no thread of the open counts on them. */
+	over = ctx->mem_used + ctx->pooled;
+	over = over > ctx->mem_limit ? over - ctx->mem_limit : 0;
+	got = over ? ss_pool_take(ctx, over, &trim) : 0;
+	spin_unlock(&ctx->lock);
+	ss_free_list(&trim);
+	ss_user_uncharge(ctx->user, got);
+
+	/*
+	 * Fail instead of invoking the OOM killer when the cgroup is full: the
+	 * submitter gets ENOMEM.  High orders give up early and fall back.
+	 */
+	gfp = order ? (SS_GFP & ~__GFP_RETRY_MAYFAIL) | __GFP_COMP | __GFP_NORETRY :
+		      SS_GFP;
+	page = alloc_pages(gfp, order);
+	if (!page && !order && READ_ONCE(ctx->pooled)) {
+		/*
+		 * The memory cgroup may be full of our own idle pages (the
+		 * shrinker only runs for global pressure): give them back.
+		 */
+		ss_pool_drain(ctx);
+		page = alloc_pages(gfp, order);
+	}
+	if (page)
+		atomic64_add(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
+	return page;
+}
+
+/**
+ * ss_req_free_pages - give a request's pages back
+ * @req:	the request
+ * @end:	bvec entries up to this one are idle
+ *
+ * The pages go to the pool (to the page allocator once the open is closed,
+ * or while someone waits for the user's memory), their reservation back
+ * to the open and their charge to the user.
+ *
+ * Return: the bytes of the open's reservation given back.
+ */
+u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
+{
+	struct ss_ctx *ctx = req->ctx;
+	struct ss_user *u = ctx->user;
+	u64 bytes = 0, ubytes, pooled = 0;
+	LIST_HEAD(freed);
+	unsigned int i;
+	bool pool;
+
+	spin_lock(&u->lock);
+	spin_lock(&ctx->lock);
+	for (i = req->nr_freed; i < end; i++) {
+		bytes += PAGE_SIZE << compound_order(req->bvec[i].bv_page);
+		if (i < req->nr_send)
+			req->freed_bytes += req->bvec[i].bv_len;
+	}
+	ubytes = bytes;
+	/* The last pages take along what was reserved but never filled. */
+	if (end == req->nr_pages) {
+		bytes = req->charged;
+		ubytes = req->user_charged;
+	}
+	ctx->mem_used -= bytes;
+	req->charged -= bytes;
+	req->user_charged -= ubytes;
+	pool = !ctx->closed && !atomic_read(&u->waiting);
+	for (i = req->nr_freed; i < end; i++) {
+		struct page *page = req->bvec[i].bv_page;
+		unsigned int order = compound_order(page);
+
+		if (pool) {
+			list_add(&page->lru, &ctx->pool[order]);
+			pooled += PAGE_SIZE << order;
+		} else {
+			list_add(&page->lru, &freed);
+		}
+	}
+	req->nr_freed = end;
+	if (pooled) {
+		ss_pool_account(ctx, pooled);
+		if (list_empty(&ctx->idle_node))
+			list_add_tail(&ctx->idle_node, &u->idle);
+	}
+	spin_unlock(&ctx->lock);
+	spin_unlock(&u->lock);
+	/* Pooled pages stay the user's (ubytes >= pooled); waiters trim them. */
+	atomic64_sub(ubytes - pooled, &u->held);
+	if (ubytes)
+		ss_user_returned(u);
+	if (bytes)
+		wake_up_interruptible_all(&ctx->mem_wait);
+	ss_free_list(&freed);
+	return bytes;
+}
+
+/**
+ * ss_pool_drain - free the idle pool pages of an open
+ * @ctx:	the open
+ *
+ * At close, and when an allocation fails.  Pages still held by the network
+ * stack are freed as they come back (ss_req_free_pages()).
+ */
+void ss_pool_drain(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+	LIST_HEAD(idle);
+	u64 got;
+
+	spin_lock(&u->lock);
+	spin_lock(&ctx->lock);
+	got = ss_pool_take(ctx, U64_MAX, &idle);
+	list_del_init(&ctx->idle_node);
+	spin_unlock(&ctx->lock);
+	spin_unlock(&u->lock);
+	ss_free_list(&idle);
+	ss_user_uncharge(u, got);
+}
+
+/**
+ * ss_user_attach - count a new open against its opener's user
+ * @ctx:	the open, initialised, not yet visible to anyone
+ *
+ * Return: 0, or -ENOMEM.
+ */
+int ss_user_attach(struct ss_ctx *ctx)
+{
+	kuid_t uid = current_uid();
+	struct ss_user *u, *fresh = NULL;
+
+	INIT_LIST_HEAD(&ctx->idle_node);
+	/* Over the user's bound only with CAP_SYS_RESOURCE, decided once. */
+	ctx->unbounded = has_capability_noaudit(current, CAP_SYS_RESOURCE);
+	for (;;) {
+		spin_lock(&ss_users_lock);
+		hash_for_each_possible(ss_users, u, node, __kuid_val(uid))
+			if (uid_eq(u->uid, uid))
+				goto found;
+		if (fresh)
+			break;
+		spin_unlock(&ss_users_lock);
+		fresh = kzalloc(sizeof(*fresh), SS_GFP);
+		if (!fresh)
+			return -ENOMEM;
+		fresh->uid = uid;
+		spin_lock_init(&fresh->lock);
+		INIT_LIST_HEAD(&fresh->idle);
+		init_waitqueue_head(&fresh->wait);
+	}
+	u = fresh;
+	fresh = NULL;
+	hash_add(ss_users, &u->node, __kuid_val(uid));
+found:
+	u->nr_ctx++;
+	ctx->user = u;
+	spin_unlock(&ss_users_lock);
+	kfree(fresh);
+	return 0;
+}
+
+/**
+ * ss_user_detach - the open is gone, and everything it held
+ * @ctx:	the open, its pool drained and no request left
+ */
+void ss_user_detach(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+	bool last;
+
+	spin_lock(&ss_users_lock);
+	last = !--u->nr_ctx;
+	if (last)
+		hash_del(&u->node);
+	spin_unlock(&ss_users_lock);
+	if (last) {
+		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->pooled));
+		kfree(u);
+	}
+}
+
+static unsigned long ss_shrink_count(struct shrinker *s,
+				     struct shrink_control *sc)
+{
+	s64 idle = atomic64_read(&stablesend_stats[SS_POOL_IDLE_BYTES]);
+
+	return idle > 0 ? idle >> PAGE_SHIFT : SHRINK_EMPTY;
+}
+
+/*
+ * Free idle pool pages until nr_to_scan pages are gone, starting each time
+ * one hash bucket further, so no user's pools are always taken first.
+ */
+static unsigned long ss_shrink_scan(struct shrinker *s,
+				    struct shrink_control *sc)
+{
+	u64 want = (u64)sc->nr_to_scan << PAGE_SHIFT, freed = 0;
+	static unsigned int start;
+	struct ss_ctx *ctx, *tmp;
+	unsigned int i, bkt;
+	struct ss_user *u;
+	LIST_HEAD(pages);
+
+	spin_lock(&ss_users_lock);
+	for (i = 0; i < HASH_SIZE(ss_users) && freed < want; i++) {
+		bkt = (start + i) % HASH_SIZE(ss_users);
+		hlist_for_each_entry(u, &ss_users[bkt], node) {
+			u64 got = 0;
+
+			spin_lock(&u->lock);
+			list_for_each_entry_safe(ctx, tmp, &u->idle, idle_node) {
+				spin_lock(&ctx->lock);
+				got += ss_pool_take(ctx, want - freed - got, &pages);
+				if (!ctx->pooled)
+					list_del_init(&ctx->idle_node);
+				spin_unlock(&ctx->lock);
+				if (freed + got >= want)
+					break;
+			}
+			spin_unlock(&u->lock);
+			/* Under ss_users_lock: @u cannot go away. */
+			ss_user_uncharge(u, got);
+			freed += got;
+			if (freed >= want)
+				break;
+		}
+	}
+	start++;
+	spin_unlock(&ss_users_lock);
+	ss_free_list(&pages);
+	sc->nr_scanned = freed >> PAGE_SHIFT;
+	return freed ? freed >> PAGE_SHIFT : SHRINK_STOP;
+}
+
+static int ss_user_limit_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned long limit;
+	struct ss_user *u;
+	unsigned int bkt;
+	int err;
+
+	err = kstrtoul(val, 0, &limit);
+	if (err)
+		return err;
+	if (limit < PAGE_SIZE)
+		return -EINVAL;
+	WRITE_ONCE(stablesend_user_limit, limit);
+	/* Waiters look again: more room, or a request now too large. */
+	spin_lock(&ss_users_lock);
+	hash_for_each(ss_users, bkt, u, node)
+		ss_user_returned(u);
+	spin_unlock(&ss_users_lock);
+	return 0;
+}
+
+static const struct kernel_param_ops ss_user_limit_ops = {
+	.set	= ss_user_limit_set,
+	.get	= param_get_ulong,
+};
+
+/* 0 at load: a sixteenth of RAM (ss_memory_init()). */
+unsigned long stablesend_user_limit;
+module_param_cb(user_limit, &ss_user_limit_ops, &stablesend_user_limit, 0644);
+MODULE_PARM_DESC(user_limit,
+		 "Snapshot memory all opens of one user may hold; CAP_SYS_RESOURCE exceeds it (bytes)");
+
+int ss_memory_init(void)
+{
+	/* A sixteenth of RAM unless set at load time. */
+	if (!stablesend_user_limit)
+		stablesend_user_limit = (totalram_pages() / 16) << PAGE_SHIFT;
+	ss_shrinker = shrinker_alloc(0, "stablesend-pool");
+	if (!ss_shrinker)
+		return -ENOMEM;
+	ss_shrinker->count_objects = ss_shrink_count;
+	ss_shrinker->scan_objects = ss_shrink_scan;
+	ss_shrinker->seeks = DEFAULT_SEEKS;
+	shrinker_register(ss_shrinker);
+	return 0;
+}
+
+void ss_memory_exit(void)
+{
+	shrinker_free(ss_shrinker);
+}
