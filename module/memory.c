@@ -418,7 +418,7 @@ int ss_user_attach(struct ss_ctx *ctx)
 
 	INIT_LIST_HEAD(&ctx->idle_node);
 	/* Over the user's bound only with CAP_SYS_RESOURCE, decided once. */
-	ctx->unbounded = has_capability_noaudit(current, CAP_SYS_RESOURCE);
+	ctx->unbounded = ns_capable_noaudit(&init_user_ns, CAP_SYS_RESOURCE);
 	for (;;) {
 		spin_lock(&ss_users_lock);
 		hash_for_each_possible(ss_users, u, node, __kuid_val(uid))
