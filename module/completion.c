@@ -8,17 +8,17 @@
  * memory while it is still being received; when the last is back the
  * RELEASED record is posted.  Frags hold plain page references, so there
  * is no callback: the reaper looks at page counts, in proportion to what
- * moves.  A watched request whose pages keep coming back is looked at every
- * tick, one where nothing moved twice as rarely each time, down to about
- * twice a second (RELEASED asked for: every SS_LEVEL_RELEASED ticks at
- * least).
+ * moves.  Requests are grouped by socket, oldest first, and a look at a
+ * group stops at the first request with pages out; a group whose pages
+ * keep coming back is looked at every tick, one where nothing moved twice
+ * as rarely each time, down to about twice a second (RELEASED asked for,
+ * or someone waiting for memory: every SS_LEVEL_RELEASED ticks at least).
  * Requests parked on a full socket with nothing sent cost nothing.  A
- * submitter waiting for memory has everything looked at on the next tick.
- * When pages do not come back it kicks the receive processing of the
- * housekeeping CPUs (see rxkick.c): while someone waits for memory or for
- * a RELEASED record after a few ticks, at growing intervals; otherwise
- * only for requests nothing moved for about a second, once a second at
- * most, so that memory nobody waits for comes back too (closed opens).
+ * submitter that starts waiting for memory has every group looked at on
+ * the next tick.  When pages do not come back it kicks receive processing
+ * (see rxkick.c): every CPU, soon, for a group someone waits on; else the
+ * housekeeping CPUs once a second at most, so that memory nobody waits for
+ * comes back too (closed opens).
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
@@ -27,6 +27,7 @@
 #include <linux/poll.h>
 #include <linux/sched/task.h>
 #include <linux/slab.h>
+#include <net/sock.h>
 
 #include "ss.h"
 
@@ -35,19 +36,22 @@
 #define SS_LEVEL_RELEASED	4
 
 /*
- * The requests one socket took bytes of, oldest first.  A socket gives
- * pages back in order, so the reaper looks at the oldest few only: its
- * cost follows the sockets with pages out, not the requests.  Lives while
- * a FIFO of its socket does or it has requests; the socket's next FIFO
- * takes it over (a FIFO lives only while requests wait on it).
+ * The requests one socket took bytes of, oldest first.  A socket mostly
+ * gives pages back in order, so a pass looks at a group's oldest requests
+ * until one still has pages out (past it, a few more, when someone waits):
+ * the cost follows the sockets with pages out, not the requests.  A group
+ * holds its socket's struct sock, so no other socket can take its key; it
+ * lives while a FIFO of the socket does or it has requests, and the
+ * socket's next FIFO takes it over (a FIFO lives only while requests wait).
  */
 struct ss_group {
-	struct hlist_node hash;		/* on ss_groups, by @key */
-	const void *key;		/* the socket */
+	struct hlist_node hash;		/* on ss_groups, by @sk */
+	struct sock *sk;		/* referenced */
 	struct list_head reqs;		/* ss_req.inflight */
-	struct list_head node;		/* on ss_watch[level] while @reqs is not empty */
+	struct list_head node;		/* on ss_watch[level], or a free list */
 	unsigned int level;
 	unsigned int released;		/* requests on @reqs that asked for RELEASED */
+	unsigned long moved_at;		/* jiffies of its last progress */
 	bool sock_gone;			/* no FIFO owns it */
 };
 
@@ -56,9 +60,11 @@ static DEFINE_HASHTABLE(ss_groups, 8);
 /* Groups by level, when each level is due next; all under the lock. */
 static struct list_head ss_watch[SS_LEVELS];
 static unsigned long ss_due[SS_LEVELS];
+static unsigned int ss_released_nr;	/* watched requests that asked for RELEASED */
 static DEFINE_SPINLOCK(ss_inflight_lock);
 /* Someone began to wait for memory: look at everything on the next pass. */
 static bool ss_wanted;
+static unsigned long ss_wanted_at;
 /* Submitters waiting for memory now: kicks are for them. */
 static atomic_t ss_waiters;
 static void ss_reaper_fn(struct work_struct *work);
@@ -114,17 +120,34 @@ static void ss_group_del(struct ss_req *req)
 		return;
 	list_del_init(&req->inflight);
 	req->group = NULL;
-	g->released -= !!req->cqe_released;
+	if (req->cqe_released) {
+		g->released--;
+		ss_released_nr--;
+	}
 }
 
-/* @g lost requests: off the lists when it has none, freed if its FIFO is too. */
-static void ss_group_check(struct ss_group *g)
+/*
+ * @g may have lost its last request: off the lists then, and when no FIFO
+ * owns it either, onto @dead for ss_group_free() once the lock is dropped.
+ * Under ss_inflight_lock.
+ */
+static void ss_group_check(struct ss_group *g, struct list_head *dead)
 {
 	if (!g || !list_empty(&g->reqs))
 		return;
 	list_del_init(&g->node);
 	if (g->sock_gone) {
 		hash_del(&g->hash);
+		list_add(&g->node, dead);
+	}
+}
+
+static void ss_group_free(struct list_head *dead)
+{
+	struct ss_group *g, *tmp;
+
+	list_for_each_entry_safe(g, tmp, dead, node) {
+		sock_put(g->sk);
 		kfree(g);
 	}
 }
@@ -160,20 +183,20 @@ static void ss_reaper_soon(void)
 }
 
 /**
- * ss_group_get - the release group of a new FIFO of socket @key
- * @key:	the socket
+ * ss_group_get - the release group of a new FIFO of socket @sk
+ * @sk:		the socket
  *
  * The socket's earlier group if it still has requests, else a new one.
  *
  * Return: the group, or NULL.
  */
-struct ss_group *ss_group_get(const void *key)
+struct ss_group *ss_group_get(struct sock *sk)
 {
 	struct ss_group *g, *fresh = kzalloc(sizeof(*fresh), SS_GFP);
 
 	spin_lock(&ss_inflight_lock);
-	hash_for_each_possible(ss_groups, g, hash, (unsigned long)key) {
-		if (g->key == key && g->sock_gone) {
+	hash_for_each_possible(ss_groups, g, hash, (unsigned long)sk) {
+		if (g->sk == sk && g->sock_gone) {
 			g->sock_gone = false;
 			goto out;
 		}
@@ -181,10 +204,11 @@ struct ss_group *ss_group_get(const void *key)
 	g = fresh;
 	fresh = NULL;
 	if (g) {
-		g->key = key;
+		sock_hold(sk);
+		g->sk = sk;
 		INIT_LIST_HEAD(&g->reqs);
 		INIT_LIST_HEAD(&g->node);
-		hash_add(ss_groups, &g->hash, (unsigned long)key);
+		hash_add(ss_groups, &g->hash, (unsigned long)sk);
 	}
 out:
 	spin_unlock(&ss_inflight_lock);
@@ -200,17 +224,34 @@ out:
  */
 void ss_group_sock_gone(struct ss_group *g)
 {
+	LIST_HEAD(dead);
+
 	spin_lock(&ss_inflight_lock);
 	g->sock_gone = true;
-	ss_group_check(g);
+	ss_group_check(g, &dead);
 	spin_unlock(&ss_inflight_lock);
+	ss_group_free(&dead);
 }
 
 /* Watch @g from the next tick on.  Under ss_inflight_lock. */
 static void ss_group_watch(struct ss_group *g)
 {
 	g->level = 0;
+	g->moved_at = jiffies;
 	list_move_tail(&g->node, &ss_watch[0]);
+}
+
+/* @req's pages may come back from now on.  Under ss_inflight_lock. */
+static void ss_group_add(struct ss_req *req, struct ss_group *g)
+{
+	req->group = g;
+	if (req->cqe_released) {
+		g->released++;
+		ss_released_nr++;
+	}
+	list_add_tail(&req->inflight, &g->reqs);
+	if (list_empty(&g->node))
+		ss_group_watch(g);
 }
 
 /**
@@ -223,13 +264,8 @@ static void ss_group_watch(struct ss_group *g)
 void ss_inflight_add(struct ss_req *req, struct ss_group *g)
 {
 	spin_lock(&ss_inflight_lock);
-	if (!req->group && !req->finished) {
-		req->group = g;
-		g->released += !!req->cqe_released;
-		list_add_tail(&req->inflight, &g->reqs);
-		if (list_empty(&g->node))
-			ss_group_watch(g);
-	}
+	if (!req->group && !req->finished)
+		ss_group_add(req, g);
 	spin_unlock(&ss_inflight_lock);
 	ss_reaper_soon();
 }
@@ -238,16 +274,18 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g)
  * ss_reaper_wait - a submitter starts (@delta 1) or stops (-1) waiting
  * @delta:	1 or -1
  *
- * Each start has every page looked at on the next tick.  A waiter starts
- * again only after something came back, so that costs no more than the
- * progress made.  While anyone waits, no request is looked at more rarely
- * than every SS_LEVEL_RELEASED ticks, and the CPUs are kicked when nothing
- * moves.
+ * A start has every group looked at on the next pass, at most once a
+ * tick.  While anyone waits, no group is looked at more rarely than every
+ * SS_LEVEL_RELEASED ticks, past its oldest request too, and every CPU is
+ * kicked when nothing moves.
  */
 void ss_reaper_wait(int delta)
 {
+	unsigned long now = jiffies;
+
 	atomic_add(delta, &ss_waiters);
-	if (delta > 0) {
+	if (delta > 0 && READ_ONCE(ss_wanted_at) != now) {
+		WRITE_ONCE(ss_wanted_at, now);
 		WRITE_ONCE(ss_wanted, true);
 		mod_delayed_work(stablesend_wq, &ss_reaper, 0);
 	}
@@ -263,6 +301,7 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	bool copied = req->copied && req->sent;
 	struct ss_ctx *ctx = req->ctx;
 	struct ss_group *g;
+	LIST_HEAD(dead);
 	bool idle;
 
 	req->res = res;
@@ -294,117 +333,153 @@ void ss_req_finish(struct ss_req *req, s64 res)
 		ss_post(req, &req->cqe_sent, res, STABLESEND_CQE_SENT |
 			(copied ? STABLESEND_CQE_COPIED : 0));
 
-	/* The FIFO's reference; task work may still hold one of its own. */
-	ss_sock_put(req->sock);
-
 	spin_lock(&ss_inflight_lock);
 	req->finished = true;
-	/* Not idle: it is on its group (pages only go out once it is). */
 	g = req->group;
 	idle = ss_req_reap(req);
-	if (idle)
-		ss_group_check(g);
+	if (idle) {
+		ss_group_check(g, &dead);
+	} else if (!g) {
+		/* Pages held although nothing was sent (a transient reference). */
+		ss_group_add(req, ss_sock_group(req->sock));
+	}
 	spin_unlock(&ss_inflight_lock);
+	ss_group_free(&dead);
+	/* The FIFO's reference; task work may still hold one of its own. */
+	ss_sock_put(req->sock);
 	if (idle)
 		ss_req_release(req);
 	else
 		ss_reaper_soon();
 }
 
-/* Passes without progress, while wanted, before the first kick; doubles to HZ. */
+/* Ticks without progress before the first kick for a waiter; doubles to HZ. */
 #define SS_KICK_FIRST	2
+/* Looks one pass takes at most (under the lock); the rest wait a tick. */
+#define SS_PASS_BUDGET	4096
+/* Requests a pass looks at past a group's first busy one when someone waits. */
+#define SS_PAST_BUSY	64
+
+struct ss_pass {
+	struct list_head next[SS_LEVELS];	/* groups by their new level */
+	struct list_head idle;			/* requests to release */
+	struct list_head dead;			/* groups to free */
+	unsigned long now;
+	unsigned long stall;	/* longest wait of a group someone waits on */
+	int budget;
+	bool waiters;
+	bool wanted;
+	bool moved;
+};
 
 /*
  * Look at the groups of level @l: from each one's oldest request on, give
- * back what came back, until a request still has pages out.  A group that
- * moved goes to level 0, one that did not a level up.  Under
- * ss_inflight_lock.  Returns whether any page came back; *@released tells
- * whether a request that still has pages out asked for RELEASED.
+ * back what came back, until a request still has pages out (or, when
+ * someone waits for memory or for RELEASED, SS_PAST_BUSY more).  A group
+ * that moved goes to level 0, one that did not a level up.  Under
+ * ss_inflight_lock.  Returns false when the budget ran out first.
  */
-static bool ss_reap_level(unsigned int l, struct list_head *next,
-			  struct list_head *idle, bool waiters, bool *released)
+static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 {
 	struct ss_group *g, *gtmp;
 	struct ss_req *req, *tmp;
-	bool moved = false;
 
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
-		bool gmoved = false;
-		unsigned int top;
+		bool waited = p->waiters || g->released, moved = false;
+		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
 
+		if (p->budget <= 0)
+			return false;
 		list_for_each_entry_safe(req, tmp, &g->reqs, inflight) {
 			unsigned int freed = req->nr_freed;
 
+			p->budget--;
 			atomic64_inc(&stablesend_stats[SS_REAP_CHECKS]);
 			if (ss_req_reap(req)) {
-				list_add_tail(&req->inflight, idle);
-				gmoved = true;
+				list_add_tail(&req->inflight, &p->idle);
+				moved = true;
 				continue;
 			}
-			gmoved |= req->nr_freed != freed;
-			break;
+			moved |= req->nr_freed != freed;
+			if (!past--)
+				break;
 		}
-		moved |= gmoved;
 		if (list_empty(&g->reqs)) {
-			ss_group_check(g);	/* off the lists, or freed */
+			p->moved = true;
+			ss_group_check(g, &p->dead);
 			continue;
 		}
-		top = waiters || g->released ? SS_LEVEL_RELEASED : SS_LEVELS - 1;
-		*released |= !!g->released;
-		g->level = gmoved ? 0 : min(l + 1, top);
-		list_move_tail(&g->node, &next[g->level]);
+		if (moved) {
+			p->moved = true;
+			g->moved_at = p->now;
+		} else if (waited) {
+			p->stall = max(p->stall, p->now - g->moved_at);
+		}
+		top = waited ? SS_LEVEL_RELEASED : SS_LEVELS - 1;
+		g->level = moved ? 0 : min(l + 1, top);
+		list_move_tail(&g->node, &p->next[g->level]);
 	}
-	return moved;
+	return true;
 }
 
 static void ss_reaper_fn(struct work_struct *work)
 {
 	/* The work item never runs concurrently with itself: no lock. */
-	static unsigned int still, kick_at = SS_KICK_FIRST;
-	static unsigned long last_kick;
-	struct list_head next[SS_LEVELS];
-	bool wanted = xchg(&ss_wanted, false), released = false, moved = false;
-	bool stale, kick = false;
-	bool waiters = atomic_read(&ss_waiters);
-	unsigned long now = jiffies, delay = MAX_JIFFY_OFFSET;
+	static unsigned long last_kick, gap = SS_KICK_FIRST;
+	unsigned long delay = MAX_JIFFY_OFFSET;
+	struct ss_pass p = {
+		.now = jiffies,
+		.budget = SS_PASS_BUDGET,
+		.waiters = atomic_read(&ss_waiters),
+		.wanted = xchg(&ss_wanted, false),
+	};
 	struct ss_req *req, *tmp;
-	LIST_HEAD(idle);
+	bool stale, want;
 	unsigned int l;
 
+	INIT_LIST_HEAD(&p.idle);
+	INIT_LIST_HEAD(&p.dead);
 	for (l = 0; l < SS_LEVELS; l++)
-		INIT_LIST_HEAD(&next[l]);
+		INIT_LIST_HEAD(&p.next[l]);
 	spin_lock(&ss_inflight_lock);
 	for (l = 0; l < SS_LEVELS; l++) {
-		if (!wanted && time_before(now, ss_due[l]))
+		if (!p.wanted && time_before(p.now, ss_due[l]))
 			continue;
-		ss_due[l] = now + (1UL << l);
-		moved |= ss_reap_level(l, next, &idle, waiters, &released);
+		if (!ss_reap_level(l, &p)) {
+			ss_due[l] = p.now;	/* the rest next tick */
+			break;
+		}
+		ss_due[l] = p.now + (1UL << l);
 	}
 	for (l = 0; l < SS_LEVELS; l++) {
-		list_splice_tail(&next[l], &ss_watch[l]);
+		list_splice_tail(&p.next[l], &ss_watch[l]);
 		if (!list_empty(&ss_watch[l]))
-			delay = min(delay, time_after(ss_due[l], now) ?
-				    ss_due[l] - now : 1UL);
+			delay = min(delay, time_after(ss_due[l], p.now) ?
+				    ss_due[l] - p.now : 1UL);
 	}
 	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
+	want = p.waiters || ss_released_nr;
 	spin_unlock(&ss_inflight_lock);
 
-	/* Soon for someone waiting: for memory, or for RELEASED. */
-	if (moved || !(waiters || released)) {
-		still = 0;
-		kick_at = SS_KICK_FIRST;
-	} else if (++still >= kick_at) {
-		still = 0;
-		kick_at = min_t(unsigned int, 2 * kick_at, HZ);
-		kick = true;
-	}
-	/* Else pages nothing moved for a while: once a second at most. */
-	if (kick || (stale && time_after_eq(now, last_kick + HZ))) {
-		last_kick = now;
-		ss_rx_kick();
+	/*
+	 * Someone waits (memory, RELEASED) on a group where nothing moved:
+	 * kick every CPU after SS_KICK_FIRST ticks, then at doubling gaps.
+	 * Else, for pages nothing moved for about a second (a closed fd's
+	 * memory must come back too), the housekeeping CPUs once a second.
+	 */
+	if (!want)
+		gap = SS_KICK_FIRST;
+	if (want && p.stall >= gap && time_after_eq(p.now, last_kick + gap)) {
+		last_kick = p.now;
+		gap = min_t(unsigned long, 2 * gap, HZ);
+		ss_rx_kick(true);
+	} else if (stale && time_after_eq(p.now, last_kick + HZ)) {
+		last_kick = p.now;
+		ss_rx_kick(false);
 	}
 
-	list_for_each_entry_safe(req, tmp, &idle, inflight) {
+	ss_group_free(&p.dead);
+	list_for_each_entry_safe(req, tmp, &p.idle, inflight) {
 		list_del_init(&req->inflight);
 		ss_req_release(req);
 	}
@@ -420,6 +495,7 @@ void ss_reaper_init(void)
 		INIT_LIST_HEAD(&ss_watch[l]);
 		ss_due[l] = jiffies;
 	}
+	ss_wanted_at = jiffies - 1;
 }
 
 void ss_reaper_stop(void)

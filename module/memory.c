@@ -160,16 +160,37 @@ static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 	return got;
 }
 
+/*
+ * A SEND waiting for memory is off the senders registry: task work for
+ * its own queued requests, which may hold that memory, interrupts the
+ * wait.  Back on it afterwards; task work that came meanwhile restarts the
+ * call once it ran (-ERESTARTNOINTR).
+ */
+static void ss_sender_leave_wait(struct ss_sender *sender)
+{
+	if (sender)
+		ss_sender_leave(sender);
+}
+
+static int ss_sender_back(struct ss_sender *sender, int err)
+{
+	if (err)
+		return -ERESTARTSYS;
+	return sender ? ss_sender_enter(sender) : 0;
+}
+
 /**
  * ss_user_reserve - charge a request's memory to the open's user
  * @ctx:	the open
  * @need:	bytes of pool pages the request needs
  * @nonblock:	fail with EAGAIN instead of waiting
+ * @sender:	the caller's SEND registry entry, or NULL
  *
  * Called in the submitter's context, before anything of the open is
  * reserved.  Over the bound the submitter's CAP_SYS_RESOURCE lets it pass.
  */
-int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
+int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
+		    struct ss_sender *sender)
 {
 	struct ss_user *u = ctx->user;
 	int seen, err;
@@ -198,12 +219,14 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 		/* Pages that come back are freed, not pooled, while we wait. */
 		atomic_inc(&u->waiting);
 		ss_reaper_wait(1);
+		ss_sender_leave_wait(sender);
 		err = wait_event_interruptible(u->wait,
 					       atomic_read(&u->returns) != seen);
 		ss_reaper_wait(-1);
 		atomic_dec(&u->waiting);
+		err = ss_sender_back(sender, err);
 		if (err)
-			return -ERESTARTSYS;	/* nothing queued: restartable */
+			return err;	/* nothing queued: restartable */
 	}
 }
 
@@ -232,11 +255,13 @@ static bool ss_mem_fits(struct ss_ctx *ctx, u64 need)
  * @ctx:	the open
  * @need:	bytes
  * @nonblock:	fail with EAGAIN instead of waiting
+ * @sender:	the caller's SEND registry entry, or NULL
  *
  * The pool is left alone: the request takes its pages from it first, and
  * ss_get_page() trims what is left over before it allocates.
  */
-int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
+int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
+	       struct ss_sender *sender)
 {
 	int err;
 
@@ -246,11 +271,13 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock)
 		if (nonblock)
 			return -EAGAIN;
 		ss_reaper_wait(1);
+		ss_sender_leave_wait(sender);
 		err = wait_event_interruptible(ctx->mem_wait,
 					       ss_mem_fits(ctx, need));
 		ss_reaper_wait(-1);
+		err = ss_sender_back(sender, err);
 		if (err)
-			return -ERESTARTSYS;	/* nothing queued: restartable */
+			return err;	/* nothing queued: restartable */
 		spin_lock(&ctx->lock);
 	}
 	ctx->mem_used += need;

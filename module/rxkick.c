@@ -46,18 +46,19 @@ static void ss_rx_kick_fn(struct work_struct *work)
 }
 
 /*
- * Only housekeeping CPUs: nohz_full and isolated CPUs are left alone (their
- * defer lists wait for their own next receive processing).
+ * Every online CPU when someone waits (@all); otherwise only housekeeping
+ * CPUs: nohz_full and isolated CPUs are left alone, their defer lists wait
+ * for their own next receive processing.
  */
-void ss_rx_kick(void)
+void ss_rx_kick(bool all)
 {
 	const struct cpumask *wq = housekeeping_cpumask(HK_TYPE_WQ);
 	const struct cpumask *dom = housekeeping_cpumask(HK_TYPE_DOMAIN);
 	unsigned int cpu;
 
 	cpus_read_lock();
-	for_each_cpu_and(cpu, cpu_online_mask, wq)
-		if (cpumask_test_cpu(cpu, dom))
+	for_each_online_cpu(cpu)
+		if (all || (cpumask_test_cpu(cpu, wq) && cpumask_test_cpu(cpu, dom)))
 			queue_work_on(cpu, system_highpri_wq,
 				      &per_cpu_ptr(ss_kicks, cpu)->work);
 	cpus_read_unlock();

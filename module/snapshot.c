@@ -54,7 +54,7 @@ static int ss_reserve_more(struct ss_req *req, u64 size)
 	take = min(left, take);
 	if (take < left)	/* whole chunks, but at least the next page */
 		take = max_t(u64, size, round_down(take, SS_CHUNK_SIZE));
-	err = ss_reserve(ctx, take, false);
+	err = ss_reserve(ctx, take, false, req->sender);
 	if (!err)
 		req->charged += take;
 	return err;
@@ -143,16 +143,17 @@ static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
  * ss_req_alloc - reserve memory, completion records and pool pages
  * @ctx:	the open submitting it
  * @total:	bytes the request will carry at most
- * @sync:	synchronous: no SENT record
+ * @sender:	a SEND's registry entry (synchronous: no SENT record), or NULL
  * @flags:	STABLESEND_REQ_*
  * @nonblock:	fail with EAGAIN instead of waiting for memory
  *
  * Returns the request with one reference, or an ERR_PTR.  Until it is
  * queued, ss_req_put() undoes everything.
  */
-struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
-			    u32 flags, bool nonblock)
+struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
+			    struct ss_sender *sender, u32 flags, bool nonblock)
 {
+	bool sync = sender;
 	bool released = flags & STABLESEND_REQ_NOTIFY_RELEASE;
 	unsigned int ncqe = !sync + released;
 	u64 need = ss_need(total);
@@ -176,6 +177,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	refcount_set(&req->ref, 1);
 	req->ctx = ctx;
 	req->sync = sync;
+	req->sender = sender;
 	req->flags = flags;
 	INIT_LIST_HEAD(&req->ctx_node);
 	INIT_LIST_HEAD(&req->inflight);
@@ -198,12 +200,12 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
 	req->cq_charged = ncqe;
 	req->need = need;
 	/* The user's bound: waiting here holds nothing the user has. */
-	err = ss_user_reserve(ctx, need, nonblock);
+	err = ss_user_reserve(ctx, need, nonblock, sender);
 	if (err)
 		goto fail;
 	req->user_charged = need;
 	/* Whole if it fits now (or must: O_NONBLOCK), else piecemeal. */
-	err = ss_reserve(ctx, need, true);
+	err = ss_reserve(ctx, need, true, NULL);
 	if (!err) {
 		req->charged = need;
 	} else if (nonblock) {
@@ -349,6 +351,7 @@ int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 
 	err = ss_copy_all(req, ur, file, flen);
 	ss_req_unlock(req);
+	req->sender = NULL;	/* its SEND's stack: no more waits for memory */
 	if (err)
 		return err;
 	for (left = req->total; left; req->nr_send++) {

@@ -123,6 +123,7 @@ struct ss_req {
 	bool sync;		/* STABLESEND_IOC_SEND: sent by its caller, no SENT record */
 	bool copied;		/* the protocol copies (kTLS, no SG) */
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
+	struct ss_sender *sender;	/* a SEND's, until its snapshot is taken */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
 	u64 user_data;
@@ -145,10 +146,15 @@ struct ss_req {
 	struct bio_vec *bvec;
 };
 
-/* A task inside a SEND (transmit.c). */
+/*
+ * A task inside a SEND (transmit.c).  It leaves the registry while it
+ * waits for memory, which its own queued requests may hold: their task
+ * work must interrupt that wait.
+ */
 struct ss_sender {
 	struct hlist_bl_node node;
 	struct task_struct *task;
+	bool in;		/* on the registry */
 };
 
 /* device.c */
@@ -162,8 +168,9 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 		  const struct stablesend_req __user *arg);
 
 /* snapshot.c */
-struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total, bool sync,
-			    u32 flags, bool nonblock);
+struct ss_sender;
+struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
+			    struct ss_sender *sender, u32 flags, bool nonblock);
 int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 		struct file *file, u64 flen);
 void ss_req_unlock(struct ss_req *req);
@@ -174,10 +181,12 @@ int ss_memory_init(void);
 void ss_memory_exit(void);
 int ss_user_attach(struct ss_ctx *ctx);
 void ss_user_detach(struct ss_ctx *ctx);
-int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock);
+int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
+		    struct ss_sender *sender);
 bool ss_user_room(struct ss_ctx *ctx);
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx);
-int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock);
+int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
+	       struct ss_sender *sender);
 struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order);
 u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
@@ -193,6 +202,7 @@ bool ss_cancel_req(struct ss_req *req);
 bool ss_abort_req(struct ss_req *req);
 void ss_req_orphan(struct work_struct *work);
 void ss_sock_put(struct ss_sock *ss);
+struct ss_group *ss_sock_group(struct ss_sock *ss);
 
 /* completion.c */
 void ss_req_finish(struct ss_req *req, s64 res);
@@ -201,12 +211,13 @@ void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
 void ss_reaper_init(void);
 void ss_reaper_wait(int delta);
-struct ss_group *ss_group_get(const void *key);
+struct sock;
+struct ss_group *ss_group_get(struct sock *sk);
 void ss_group_sock_gone(struct ss_group *g);
 void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
-void ss_rx_kick(void);
+void ss_rx_kick(bool all);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

@@ -32,9 +32,7 @@ static int ss_check_req(const struct stablesend_req *ur)
 /*
  * Validate, snapshot and queue one request.  Returns it with a reference
  * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
- * A SEND (@sender) enters the senders only once its memory is had and its
- * snapshot taken: until then task work for the caller's other requests
- * interrupts a wait for memory that those requests may be holding.
+ * @sender is a SEND's registry entry (NULL for SUBMIT).
  */
 static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 				 const struct stablesend_req *ur,
@@ -79,7 +77,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 		flen = min(ur->len, isize - ur->offset);
 	}
 
-	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sync,
+	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sender,
 			   ur->flags, dev->f_flags & O_NONBLOCK);
 	if (IS_ERR(req)) {
 		err = PTR_ERR(req);
@@ -89,8 +87,6 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	req->copied = copies;
 	err = ss_snapshot(req, ur, file, flen);
 	fput(file);
-	if (!err && sender)
-		err = ss_sender_enter(sender);
 	if (err) {
 		sockfd_put(sock);
 		ss_req_put(req);
@@ -100,8 +96,6 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	refcount_inc(&req->ref);
 	err = ss_enqueue(req, sock);
 	if (err) {
-		if (sender)
-			ss_sender_leave(sender);
 		ss_req_put(req);
 		ss_req_put(req);
 		return ERR_PTR(err);
@@ -168,11 +162,16 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 	if (copy_from_user(&ur, arg, sizeof(ur)))
 		return -EFAULT;
 	ss_mark_setup(ctx);
+	res = ss_sender_enter(&sender);
+	if (res)
+		return res;
 	req = ss_prepare(ctx, dev, &ur, &sender);
-	if (IS_ERR(req))
-		return PTR_ERR(req);
-	res = ss_sync_send(req);
-	ss_req_put(req);
+	if (IS_ERR(req)) {
+		res = PTR_ERR(req);
+	} else {
+		res = ss_sync_send(req);
+		ss_req_put(req);
+	}
 	ss_sender_leave(&sender);
 	return res;
 }

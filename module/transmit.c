@@ -114,6 +114,7 @@ int ss_sender_enter(struct ss_sender *s)
 	hlist_bl_add_head(&s->node, h);
 	hlist_bl_unlock(h);
 	local_bh_enable();
+	s->in = true;
 	/* Work queued from now on does not interrupt us; earlier work did. */
 	if (test_thread_flag(TIF_NOTIFY_SIGNAL) && !task_sigpending(current)) {
 		ss_sender_leave(s);
@@ -122,10 +123,14 @@ int ss_sender_enter(struct ss_sender *s)
 	return 0;
 }
 
+/* Leave the registry, if on it. */
 void ss_sender_leave(struct ss_sender *s)
 {
 	struct hlist_bl_head *h = ss_senders_head(current);
 
+	if (!s->in)
+		return;
+	s->in = false;
 	local_bh_disable();
 	hlist_bl_lock(h);
 	hlist_bl_del(&s->node);
@@ -255,6 +260,12 @@ void ss_sock_put(struct ss_sock *ss)
 	fput(ss->file);
 	ss_group_sock_gone(ss->group);
 	kfree(ss);
+}
+
+/* The release group of @ss's socket (completion.c). */
+struct ss_group *ss_sock_group(struct ss_sock *ss)
+{
+	return ss->group;
 }
 
 static struct ss_req *ss_head(struct ss_sock *ss)
@@ -631,7 +642,7 @@ static struct ss_sock *ss_sock_get(struct socket *sock)
 
 	ss = kzalloc(sizeof(*ss), SS_GFP);
 	if (ss) {
-		ss->group = ss_group_get(sock);
+		ss->group = ss_group_get(sock->sk);
 		if (!ss->group) {
 			kfree(ss);
 			ss = NULL;
