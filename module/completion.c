@@ -11,8 +11,9 @@
  * moves.  Requests are grouped by socket, oldest first, and a look at a
  * group stops at the first request with pages out; a group whose pages
  * keep coming back is looked at every tick, one where nothing moved twice
- * as rarely each time, down to about twice a second (RELEASED asked for,
- * or someone waiting for memory: every SS_LEVEL_RELEASED ticks at least).
+ * as rarely each time, down to about twice a second (RELEASED asked for:
+ * every SS_LEVEL_RELEASED ticks at least; someone waiting for memory:
+ * every tick).
  * Requests parked on a full socket with nothing sent cost nothing.  A
  * submitter that starts waiting for memory has every group looked at on
  * the next tick.  When pages do not come back it kicks receive processing
@@ -415,7 +416,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 		} else if (waited) {
 			p->stall = max(p->stall, p->now - g->moved_at);
 		}
-		top = waited ? SS_LEVEL_RELEASED : SS_LEVELS - 1;
+		/* Someone waits for memory: every tick, as memory is wanted now. */
+		top = p->waiters ? 0 : g->released ? SS_LEVEL_RELEASED :
+						     SS_LEVELS - 1;
 		g->level = moved ? 0 : min(l + 1, top);
 		list_move_tail(&g->node, &p->next[g->level]);
 	}

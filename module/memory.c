@@ -49,21 +49,18 @@ static DEFINE_SPINLOCK(ss_users_lock);
 
 static struct shrinker *ss_shrinker;
 
-static void ss_free_page(struct page *page)
-{
-	unsigned int order = compound_order(page);
-
-	atomic64_sub(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
-	__free_pages(page, order);
-}
-
+/*
+ * Free pages already taken out of the accounting (and of pool_bytes) under
+ * the lock that made them nobody's: until then no open could allocate in
+ * their place, so pool_bytes never exceeds what the limits allow.
+ */
 static void ss_free_list(struct list_head *pages)
 {
 	struct page *page, *tmp;
 
 	list_for_each_entry_safe(page, tmp, pages, lru) {
 		list_del(&page->lru);
-		ss_free_page(page);
+		__free_pages(page, compound_order(page));
 	}
 }
 
@@ -124,6 +121,7 @@ static u64 ss_pool_take(struct ss_ctx *ctx, u64 want, struct list_head *out)
 		}
 	}
 	ss_pool_account(ctx, -(s64)got);
+	atomic64_sub(got, &stablesend_stats[SS_POOL_BYTES]);
 	return got;
 }
 
@@ -389,6 +387,8 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 			pooled += PAGE_SIZE << order;
 		} else {
 			list_add(&page->lru, &freed);
+			atomic64_sub(PAGE_SIZE << order,
+				     &stablesend_stats[SS_POOL_BYTES]);
 		}
 	}
 	req->nr_freed = end;
