@@ -161,13 +161,13 @@ static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 /*
  * A SEND waiting for memory is off the senders registry: task work for
  * its own queued requests, which may hold that memory, interrupts the
- * wait.  Back on it afterwards; task work that came meanwhile restarts the
- * call once it ran (-ERESTARTNOINTR).
+ * wait.  Work queued while it was still on the registry must run first:
+ * the call is restarted once it has (-ERESTARTNOINTR), as it is when
+ * work comes during the wait.
  */
-static void ss_sender_leave_wait(struct ss_sender *sender)
+static int ss_sender_off(struct ss_sender *sender)
 {
-	if (sender)
-		ss_sender_leave(sender);
+	return sender ? ss_sender_pause(sender) : 0;
 }
 
 static int ss_sender_back(struct ss_sender *sender, int err)
@@ -214,10 +214,12 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 			return 0;
 		if (nonblock)
 			return -EAGAIN;
+		err = ss_sender_off(sender);
+		if (err)
+			return err;
 		/* Pages that come back are freed, not pooled, while we wait. */
 		atomic_inc(&u->waiting);
 		ss_reaper_wait(1);
-		ss_sender_leave_wait(sender);
 		err = wait_event_interruptible(u->wait,
 					       atomic_read(&u->returns) != seen);
 		ss_reaper_wait(-1);
@@ -268,8 +270,10 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		spin_unlock(&ctx->lock);
 		if (nonblock)
 			return -EAGAIN;
+		err = ss_sender_off(sender);
+		if (err)
+			return err;
 		ss_reaper_wait(1);
-		ss_sender_leave_wait(sender);
 		err = wait_event_interruptible(ctx->mem_wait,
 					       ss_mem_fits(ctx, need));
 		ss_reaper_wait(-1);

@@ -197,6 +197,7 @@ int ss_enqueue(struct ss_req *req, struct socket *sock);
 void ss_submit_send(struct ss_req *req);
 int ss_sender_enter(struct ss_sender *s);
 void ss_sender_leave(struct ss_sender *s);
+int ss_sender_pause(struct ss_sender *s);
 long ss_sync_send(struct ss_req *req);
 bool ss_cancel_req(struct ss_req *req);
 bool ss_abort_req(struct ss_req *req);

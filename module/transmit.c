@@ -138,12 +138,34 @@ void ss_sender_leave(struct ss_sender *s)
 	local_bh_enable();
 }
 
-/*
- * Queue task work on @t unless it is inside a SEND (-EBUSY), under the
- * lock ss_sender_enter() takes: either it sees TIF_NOTIFY_SIGNAL set, or
- * we see its entry.  Called with BHs off.
+/**
+ * ss_sender_pause - a SEND caller is about to wait for memory
+ * @s:		its entry
+ *
+ * Its own queued requests may hold that memory, and only it can send them
+ * on: off the registry, their task work interrupts the wait.  Work queued
+ * while it was on the registry (with TWA_RESUME, under the lock this
+ * takes) would not: -ERESTARTNOINTR has it run, and the call start again.
  */
-static int ss_task_work_add(struct task_struct *t, struct callback_head *cb)
+int ss_sender_pause(struct ss_sender *s)
+{
+	ss_sender_leave(s);
+	if (!task_work_pending(current))
+		return 0;
+	/* As if TWA_SIGNAL work had come: the way out runs it, then restarts. */
+	set_thread_flag(TIF_NOTIFY_SIGNAL);
+	return -ERESTARTNOINTR;
+}
+
+/*
+ * Queue task work on @t, under the lock ss_sender_enter() and
+ * ss_sender_leave() take: either it sees TIF_NOTIFY_SIGNAL set (or the
+ * work pending), or we see its entry.  Inside a SEND, -EBUSY, or with
+ * @resume the work waits for the SEND to return (TWA_RESUME).  Called with
+ * BHs off.
+ */
+static int ss_task_work_add(struct task_struct *t, struct callback_head *cb,
+			    bool resume)
 {
 	struct hlist_bl_head *h = ss_senders_head(t);
 	struct hlist_bl_node *pos;
@@ -153,8 +175,9 @@ static int ss_task_work_add(struct task_struct *t, struct callback_head *cb)
 	hlist_bl_lock(h);
 	hlist_bl_for_each_entry(s, pos, h, node) {
 		if (s->task == t) {
+			ret = resume ? task_work_add(t, cb, TWA_RESUME) : -EBUSY;
 			hlist_bl_unlock(h);
-			return -EBUSY;
+			return ret;
 		}
 	}
 	ret = task_work_add(t, cb, TWA_SIGNAL);
@@ -296,7 +319,7 @@ static bool ss_task_add(struct ss_req *req)
 	struct task_struct *p, *t;
 	bool queued = false;
 
-	if (ss_task_ready(req->task) && !ss_task_work_add(req->task, &req->tw))
+	if (ss_task_ready(req->task) && !ss_task_work_add(req->task, &req->tw, false))
 		return true;
 	rcu_read_lock();
 	p = pid_task(req->tgid, PIDTYPE_TGID);
@@ -304,14 +327,14 @@ static bool ss_task_add(struct ss_req *req)
 		goto out;
 	/* Not inside a SEND, where TWA_SIGNAL would cut it short. */
 	for_each_thread(p, t) {
-		if (ss_task_ready(t) && !ss_task_work_add(t, &req->tw)) {
+		if (ss_task_ready(t) && !ss_task_work_add(t, &req->tw, false)) {
 			queued = true;
 			goto out;
 		}
 	}
 	/* Only SEND callers: the next to return runs it. */
 	for_each_thread(p, t) {
-		if (ss_task_ready(t) && !task_work_add(t, &req->tw, TWA_RESUME)) {
+		if (ss_task_ready(t) && !ss_task_work_add(t, &req->tw, true)) {
 			queued = true;
 			goto out;
 		}

@@ -23,6 +23,8 @@
  */
 #include "common.h"
 #include <grp.h>
+#include <stdbool.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/capability.h>
@@ -274,16 +276,25 @@ static void cap_sys_resource(int file, long long limit)
 	      ss_stat("pool_bytes"));
 }
 
-/* A child that reads @want bytes of @fd after @delay_ms, exits 0 if it got them. */
+/*
+ * A child that reads @want bytes of @fd after @delay_ms, exits 0 if it got
+ * them.  It holds no other descriptor of ours (a sending end it held
+ * would keep its own read from ever seeing EOF) and dies with its parent.
+ */
 static pid_t drain(int fd, size_t want, int delay_ms)
 {
 	pid_t pid = fork();
 	size_t got = 0;
 	char *buf;
 	ssize_t n;
+	int i;
 
 	if (pid)
 		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (i = 3; i < 1024; i++)
+		if (i != fd)
+			close(i);
 	buf = malloc(1 << 16);
 	usleep(delay_ms * 1000);
 	while (buf && got < want) {
@@ -293,6 +304,39 @@ static pid_t drain(int fd, size_t want, int delay_ms)
 		got += n;
 	}
 	_exit(got == want ? 0 : 1);
+}
+
+/* Print a file of /proc/@pid, indented. */
+static void show_proc(pid_t pid, const char *name)
+{
+	char path[64], buf[4096];
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	if (read_text(path, buf, sizeof(buf)))
+		return;
+	printf("  --- %s:\n%s\n", path, buf);
+}
+
+/*
+ * Wait up to @secs for child @pid; true if it exited.  Else print where
+ * it (and its descendants' parent) is stuck: its kernel stack, its
+ * signal and task-work state, and the module's counters.
+ */
+static bool wait_or_show(pid_t pid, int *st, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		if (waitpid(pid, st, WNOHANG) == pid)
+			return true;
+		usleep(100000);
+	}
+	printf("  child %d still running after %d s:\n", (int)pid, secs);
+	show_proc(pid, "stack");
+	show_proc(pid, "wchan");
+	show_proc(pid, "status");
+	printf("  requests_in_flight %lld, bytes_in_flight %lld, pool_bytes %lld\n",
+	       ss_stat("requests_in_flight"), ss_stat("bytes_in_flight"),
+	       ss_stat("pool_bytes"));
+	return false;
 }
 
 /*
@@ -320,7 +364,6 @@ static void send_behind_own_submit(int file, long long limit)
 		long sent;
 
 		become(65534);
-		alarm(30);	/* a SEND that never returns ends here */
 		a = ss_dev();
 		b = ss_dev();
 		unix_pair(&c, &d);
@@ -330,6 +373,8 @@ static void send_behind_own_submit(int file, long long limit)
 			_exit(2);
 		p1 = drain(d, 6 << 20, 300);
 		p2 = drain(f, 4 << 20, 0);
+		close(d);
+		close(f);
 		r = ss_req(file, e, 0, 4 << 20, 2);
 		sent = ss_send(b, &r);
 		/* What is left of the SUBMIT goes out while we wait for the peer. */
@@ -341,7 +386,11 @@ static void send_behind_own_submit(int file, long long limit)
 		       sent, !s1 && !s2 ? "got everything" : "came short");
 		_exit(sent == 4 << 20 && !s1 && !s2 ? 0 : 1);
 	}
-	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	/* A SEND that never returns: show where it is stuck, then end it. */
+	if (!wait_or_show(pid, &st, 30)) {
+		kill(pid, SIGKILL);
+		REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	}
 	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
 	      "SEND behind the thread's own SUBMIT: %s %d",
 	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
@@ -403,7 +452,9 @@ int main(void)
 	user_bound(file, total, limit > 0 ? limit : total / 4);
 	if (limit > 0) {
 		cap_sys_resource(file, limit);
-		send_behind_own_submit(file, limit);
+		/* A race, not a state: several rounds. */
+		for (int i = 0; i < 10; i++)
+			send_behind_own_submit(file, limit);
 		shrinker(file);
 	}
 	return test_result();
