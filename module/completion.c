@@ -16,10 +16,11 @@
  * every tick).
  * Requests parked on a full socket with nothing sent cost nothing.  A
  * submitter that starts waiting for memory has every group looked at on
- * the next tick.  When pages do not come back it kicks receive processing
- * (see rxkick.c): every CPU, soon, for a group someone waits on; else the
- * housekeeping CPUs once a second at most, so that memory nobody waits for
- * comes back too (closed opens).
+ * the next tick.  When pages do not come back the reaper kicks receive
+ * processing on the housekeeping CPUs (see rxkick.c), and only for pages
+ * someone wants: soon and then at doubling gaps for a group someone waits
+ * on (memory, RELEASED); at most once a second for pages of a closed open,
+ * which must come back too.
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
@@ -277,8 +278,8 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g)
  *
  * A start has every group looked at on the next pass, at most once a
  * tick.  While anyone waits, no group is looked at more rarely than every
- * SS_LEVEL_RELEASED ticks, past its oldest request too, and every CPU is
- * kicked when nothing moves.
+ * SS_LEVEL_RELEASED ticks, past its oldest request too, and the
+ * housekeeping CPUs are kicked when nothing moves.
  */
 void ss_reaper_wait(int delta)
 {
@@ -371,6 +372,7 @@ struct ss_pass {
 	bool waiters;
 	bool wanted;
 	bool moved;
+	bool orphans;	/* a closed open's pages stuck in a stale group */
 };
 
 /*
@@ -388,6 +390,7 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
 		bool waited = p->waiters || g->released, moved = false;
 		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
+		struct ss_req *busy = NULL;
 
 		if (p->budget <= 0)
 			return false;
@@ -395,13 +398,13 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 			unsigned int freed = req->nr_freed;
 
 			p->budget--;
-			atomic64_inc(&stablesend_stats[SS_REAP_CHECKS]);
 			if (ss_req_reap(req)) {
 				list_add_tail(&req->inflight, &p->idle);
 				moved = true;
 				continue;
 			}
 			moved |= req->nr_freed != freed;
+			busy = busy ?: req;
 			if (!past--)
 				break;
 		}
@@ -421,6 +424,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 						     SS_LEVELS - 1;
 		g->level = moved ? 0 : min(l + 1, top);
 		list_move_tail(&g->node, &p->next[g->level]);
+		/* Memory nobody will ever ask for again, unless it comes back. */
+		if (g->level == SS_LEVELS - 1 && busy && READ_ONCE(busy->ctx->closed))
+			p->orphans = true;
 	}
 	return true;
 }
@@ -437,8 +443,8 @@ static void ss_reaper_fn(struct work_struct *work)
 		.wanted = xchg(&ss_wanted, false),
 	};
 	struct ss_req *req, *tmp;
-	bool stale, want;
 	unsigned int l;
+	bool want;
 
 	INIT_LIST_HEAD(&p.idle);
 	INIT_LIST_HEAD(&p.dead);
@@ -460,25 +466,25 @@ static void ss_reaper_fn(struct work_struct *work)
 			delay = min(delay, time_after(ss_due[l], p.now) ?
 				    ss_due[l] - p.now : 1UL);
 	}
-	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
 	want = p.waiters || ss_released_nr;
 	spin_unlock(&ss_inflight_lock);
+	atomic64_add(SS_PASS_BUDGET - p.budget, &stablesend_stats[SS_REAP_CHECKS]);
 
 	/*
 	 * Someone waits (memory, RELEASED) on a group where nothing moved:
-	 * kick every CPU after SS_KICK_FIRST ticks, then at doubling gaps.
-	 * Else, for pages nothing moved for about a second (a closed fd's
-	 * memory must come back too), the housekeeping CPUs once a second.
+	 * kick after SS_KICK_FIRST ticks, then at doubling gaps up to a
+	 * second.  Else only for a closed open's pages nothing moved for
+	 * about a second, once a second.
 	 */
 	if (!want)
 		gap = SS_KICK_FIRST;
 	if (want && p.stall >= gap && time_after_eq(p.now, last_kick + gap)) {
 		last_kick = p.now;
 		gap = min_t(unsigned long, 2 * gap, HZ);
-		ss_rx_kick(true);
-	} else if (stale && time_after_eq(p.now, last_kick + HZ)) {
+		ss_rx_kick();
+	} else if (p.orphans && time_after_eq(p.now, last_kick + HZ)) {
 		last_kick = p.now;
-		ss_rx_kick(false);
+		ss_rx_kick();
 	}
 
 	ss_group_free(&p.dead);

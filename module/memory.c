@@ -550,6 +550,12 @@ static unsigned long ss_shrink_scan(struct shrinker *s,
 	return freed ? freed >> PAGE_SHIFT : SHRINK_STOP;
 }
 
+/* A sixteenth of RAM: what user_limit is at load, and after writing 0. */
+static unsigned long ss_user_limit_default(void)
+{
+	return (totalram_pages() / 16) << PAGE_SHIFT;
+}
+
 static int ss_user_limit_set(const char *val, const struct kernel_param *kp)
 {
 	unsigned long limit;
@@ -560,7 +566,9 @@ static int ss_user_limit_set(const char *val, const struct kernel_param *kp)
 	err = kstrtoul(val, 0, &limit);
 	if (err)
 		return err;
-	if (limit < PAGE_SIZE)
+	if (!limit)
+		limit = ss_user_limit_default();
+	else if (limit < PAGE_SIZE)
 		return -EINVAL;
 	WRITE_ONCE(stablesend_user_limit, limit);
 	/* Waiters look again: more room, or a request now too large. */
@@ -576,17 +584,16 @@ static const struct kernel_param_ops ss_user_limit_ops = {
 	.get	= param_get_ulong,
 };
 
-/* 0 at load: a sixteenth of RAM (ss_memory_init()). */
+/* 0 (at load, or written later): a sixteenth of RAM. */
 unsigned long stablesend_user_limit;
 module_param_cb(user_limit, &ss_user_limit_ops, &stablesend_user_limit, 0644);
 MODULE_PARM_DESC(user_limit,
-		 "Snapshot memory all opens of one user may hold; CAP_SYS_RESOURCE exceeds it (bytes)");
+		 "Snapshot memory all opens of one user may hold; CAP_SYS_RESOURCE exceeds it (bytes, 0: RAM/16)");
 
 int ss_memory_init(void)
 {
-	/* A sixteenth of RAM unless set at load time. */
 	if (!stablesend_user_limit)
-		stablesend_user_limit = (totalram_pages() / 16) << PAGE_SHIFT;
+		stablesend_user_limit = ss_user_limit_default();
 	ss_shrinker = shrinker_alloc(0, "stablesend-pool");
 	if (!ss_shrinker)
 		return -ENOMEM;

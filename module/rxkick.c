@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Kicking network receive processing on every CPU.
+ * Kicking network receive processing on the housekeeping CPUs.
  *
  * Since 6.1 a socket buffer freed on another CPU than the one that
  * allocated it may wait on that CPU's defer list until the CPU next runs
@@ -11,9 +11,15 @@
  * RELEASED record, and no memory for the next submission.  When the reaper
  * sees no page come back for a while it calls ss_rx_kick(), which schedules
  * a NAPI context of a dummy device on every online housekeeping CPU; the
- * NET_RX softirq that runs it frees the defer list first.
+ * NET_RX softirq that runs it frees the defer list first.  Nohz_full and
+ * isolated CPUs are left alone: their defer lists wait for their own next
+ * receive processing, or for the kernel's interrupt at half full.
+ *
+ * The module parameter rx_kick=0 turns the kicks off, to see what they are
+ * for (tests/guest/quiet.c).
  */
 #include <linux/cpu.h>
+#include <linux/moduleparam.h>
 #include <linux/netdevice.h>
 #include <linux/percpu.h>
 #include <linux/sched/isolation.h>
@@ -45,20 +51,23 @@ static void ss_rx_kick_fn(struct work_struct *work)
 	local_bh_enable();	/* runs the softirq */
 }
 
-/*
- * Every online CPU when someone waits (@all); otherwise only housekeeping
- * CPUs: nohz_full and isolated CPUs are left alone, their defer lists wait
- * for their own next receive processing.
- */
-void ss_rx_kick(bool all)
+static bool ss_rx_kick_on = true;
+module_param_named(rx_kick, ss_rx_kick_on, bool, 0644);
+MODULE_PARM_DESC(rx_kick,
+		 "Kick idle CPUs' socket buffer defer lists when pages do not come back (default on)");
+
+/* Every online housekeeping CPU; counted. */
+void ss_rx_kick(void)
 {
 	const struct cpumask *wq = housekeeping_cpumask(HK_TYPE_WQ);
 	const struct cpumask *dom = housekeeping_cpumask(HK_TYPE_DOMAIN);
 	unsigned int cpu;
 
+	if (!READ_ONCE(ss_rx_kick_on))
+		return;
 	cpus_read_lock();
 	for_each_online_cpu(cpu)
-		if (all || (cpumask_test_cpu(cpu, wq) && cpumask_test_cpu(cpu, dom)))
+		if (cpumask_test_cpu(cpu, wq) && cpumask_test_cpu(cpu, dom))
 			queue_work_on(cpu, system_highpri_wq,
 				      &per_cpu_ptr(ss_kicks, cpu)->work);
 	cpus_read_unlock();

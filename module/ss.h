@@ -218,7 +218,7 @@ void ss_group_sock_gone(struct ss_group *g);
 void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
-void ss_rx_kick(bool all);
+void ss_rx_kick(void);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

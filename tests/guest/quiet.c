@@ -8,27 +8,26 @@
  * network receive processing, which on an idle machine can be never.  Over
  * loopback the receiver frees the buffers holding the module's pages, so
  * the module has to kick the CPUs itself (module/rxkick.c).  Here every
- * buffer takes that path: the module's transmit worker is confined to CPU
- * 0 (the unbound workqueue cpumask) and the receiver to CPU 1.  Nothing in
- * this test pokes the network.
- * test-timeout: 60
+ * buffer takes that path: the submitter, which sends its own bytes, runs
+ * on CPU 0 and the receiver on CPU 1.  Nothing in this test pokes the
+ * network.  A negative control first turns the kicks off (module
+ * parameter rx_kick=0): the last request's pages then stay out, and come
+ * back once the kicks are on again.
+ * test-timeout: 90
  */
 #include "common.h"
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 
-#define WQ_MASK	"/sys/devices/virtual/workqueue/cpumask"
+#define KICK	"/sys/module/stablesend/parameters/rx_kick"
 #define REQ_LEN	(64 << 10)
 #define NREQ	4
 #define LIMIT	(NREQ * REQ_LEN)
 
-static char old_mask[256];
-
-static void restore_mask(void)
+static void kicks_on(void)
 {
-	if (old_mask[0])
-		write_str(WQ_MASK, old_mask);
+	write_str(KICK, "Y");
 }
 
 static void on_alarm(int sig)
@@ -36,7 +35,7 @@ static void on_alarm(int sig)
 	static const char msg[] = "blocking SEND still waiting for memory after 20 s\n";
 
 	(void)sig;
-	restore_mask();
+	kicks_on();
 	if (write(2, msg, sizeof(msg) - 1) < 0)
 		_exit(2);
 	_exit(1);
@@ -55,9 +54,9 @@ static const unsigned char *file_bytes;
 static int rx_sock;
 static volatile int rx_bad;
 
-/* What the three phases below send, in order: [offset, length). */
+/* What the four phases below send, in order: [offset, length). */
 static const size_t segs[][2] = {
-	{ 0, LIMIT }, { LIMIT, LIMIT }, { REQ_LEN, LIMIT },
+	{ 0, LIMIT }, { 0, LIMIT }, { LIMIT, LIMIT }, { REQ_LEN, LIMIT },
 };
 
 /* The receiver, on CPU 1: reads and checks everything, as it arrives. */
@@ -67,6 +66,7 @@ static void *receiver(void *arg)
 	size_t i;
 
 	(void)arg;
+	pin(1);
 	if (!buf)
 		return (void *)1;
 	for (i = 0; i < sizeof(segs) / sizeof(segs[0]); i++) {
@@ -78,12 +78,25 @@ static void *receiver(void *arg)
 	return NULL;
 }
 
+/* Add up the SENT and RELEASED records among @got. */
+static void count(const struct stablesend_cqe *cqe, int got, int *sent,
+		  int *released)
+{
+	for (int i = 0; i < got; i++) {
+		if (cqe[i].flags & STABLESEND_CQE_RELEASED)
+			(*released)++;
+		else if (cqe[i].flags & STABLESEND_CQE_SENT &&
+			 cqe[i].res == REQ_LEN)
+			(*sent)++;
+	}
+}
+
 int main(void)
 {
 	struct stablesend_req reqs[NREQ], one;
 	struct stablesend_cqe cqe[2 * NREQ];
 	size_t fsize = 2 * LIMIT, i;
-	int dev, file, c, s, got, sent = 0, released = 0;
+	int dev, file, c, s, sent = 0, released = 0;
 	pthread_t rt;
 	long long kicks;
 	unsigned char *a;
@@ -93,15 +106,12 @@ int main(void)
 		printf("SKIP: needs two CPUs\n");
 		return SKIP;
 	}
-	if (read_str(WQ_MASK, old_mask, sizeof(old_mask)) || !old_mask[0] ||
-	    geteuid() != 0) {
-		old_mask[0] = 0;
-		printf("SKIP: needs root and %s\n", WQ_MASK);
+	if (geteuid() != 0 || access(KICK, W_OK)) {
+		printf("SKIP: needs root and %s\n", KICK);
 		return SKIP;
 	}
-	atexit(restore_mask);
-	REQUIRE(write_str(WQ_MASK, "1") == 0, "confine unbound workqueues to CPU 0");
-	pin(1);
+	atexit(kicks_on);
+	pin(0);
 
 	a = malloc(fsize);
 	REQUIRE(a, "malloc");
@@ -122,16 +132,28 @@ int main(void)
 		reqs[i] = ss_req(file, c, i * REQ_LEN, REQ_LEN, i);
 		reqs[i].flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	}
+
+	/* Negative control: without the kicks the last pages stay out. */
+	REQUIRE(write_str(KICK, "N") == 0, "rx_kick=0");
+	REQUIRE(ss_submit(dev, reqs, NREQ) == NREQ, "SUBMIT");
+	count(cqe, ss_reap_intr(dev, cqe, 2 * NREQ, 3000), &sent, &released);
+	printf("kicks off: %d SENT, %d RELEASED of %d after 3 s\n", sent,
+	       released, NREQ);
+	CHECK(sent == NREQ && released < NREQ,
+	      "kicks off: %d SENT and %d RELEASED of %d (control: the last should stay out)",
+	      sent, released, NREQ);
+	REQUIRE(write_str(KICK, "Y") == 0, "rx_kick=1");
+	t = now_s();
+	count(cqe, ss_reap_intr(dev, cqe, NREQ - released, 10000), &sent, &released);
+	CHECK(released == NREQ, "kicks on again: %d RELEASED of %d within 10 s",
+	      released, NREQ);
+	printf("kicks on again: the rest RELEASED after %.3f s\n", now_s() - t);
+
+	/* With the kicks. */
+	sent = released = 0;
 	REQUIRE(ss_submit(dev, reqs, NREQ) == NREQ, "SUBMIT");
 	t = now_s();
-	got = ss_reap(dev, cqe, 2 * NREQ, 10000);
-	for (i = 0; i < (size_t)got; i++) {
-		if (cqe[i].flags & STABLESEND_CQE_RELEASED)
-			released++;
-		else if (cqe[i].flags & STABLESEND_CQE_SENT &&
-			 cqe[i].res == REQ_LEN)
-			sent++;
-	}
+	count(cqe, ss_reap_intr(dev, cqe, 2 * NREQ, 10000), &sent, &released);
 	CHECK(sent == NREQ && released == NREQ,
 	      "%d SENT and %d RELEASED of %d each within 10 s", sent, released,
 	      NREQ);
@@ -153,9 +175,13 @@ int main(void)
 	CHECK(!rx_bad, "received bytes differ from the file");
 	printf("rx_kicks: %lld\n", ss_stat("rx_kicks") - kicks);
 
-	CHECK(ss_drained(10), "pages still in flight after 10 s");
+	/*
+	 * Nobody wants the last SEND's pages (no waiter, no RELEASED asked)
+	 * until the fd is closed: then they must come back, kicked for.
+	 */
+	close(dev);
+	CHECK(ss_drained(10), "pages still in flight 10 s after close");
 	close(c);
 	close(s);
-	close(dev);
 	return test_result();
 }

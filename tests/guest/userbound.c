@@ -448,6 +448,9 @@ int main(void)
 	       limit < 0 ? -1 : limit >> 20);
 	CHECK(limit > 0 && limit <= total / 4,
 	      "user_limit (%lld) missing or not under a quarter of RAM", limit);
+	CHECK(limit == (total >> 12) / 16 << 12,
+	      "user_limit %lld at load, not a sixteenth of RAM (%lld)", limit,
+	      (total >> 12) / 16 << 12);
 	REQUIRE(ss_stat("pool_bytes") == 0, "pool_bytes not 0 at the start");
 	user_bound(file, total, limit > 0 ? limit : total / 4);
 	if (limit > 0) {
@@ -456,6 +459,13 @@ int main(void)
 		for (int i = 0; i < 10; i++)
 			send_behind_own_submit(file, limit);
 		shrinker(file);
+		/* Writing 0 brings the default (the value at load) back. */
+		REQUIRE(!write_str(PARAM, "12345678"), "set user_limit");
+		REQUIRE(!write_str(PARAM, "0"), "set user_limit to 0");
+		CHECK(param() == limit, "user_limit after writing 0: %lld, at load %lld",
+		      param(), limit);
+		CHECK(write_str(PARAM, "100") && param() == limit,
+		      "user_limit took 100 bytes (under a page): now %lld", param());
 	}
 	return test_result();
 }
