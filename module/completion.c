@@ -17,10 +17,12 @@
  * Requests parked on a full socket with nothing sent cost nothing.  A
  * submitter that starts waiting for memory has every group looked at on
  * the next tick.  When pages do not come back the reaper kicks receive
- * processing on the housekeeping CPUs (see rxkick.c), and only for pages
- * someone wants: soon and then at doubling gaps for a group someone waits
- * on (memory, RELEASED); at most once a second for pages of a closed open,
- * which must come back too.
+ * processing on the housekeeping CPUs (see rxkick.c): soon and then at
+ * doubling gaps for a group someone waits on (memory, RELEASED); else at
+ * most once a second while some group has not moved for about a second.
+ * Those pages are wanted too, by whoever cannot be seen waiting: a
+ * non-blocking submitter polling for EPOLLOUT after EAGAIN, or a closed
+ * open's user under its bound.
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
@@ -372,7 +374,6 @@ struct ss_pass {
 	bool waiters;
 	bool wanted;
 	bool moved;
-	bool orphans;	/* a closed open's pages stuck in a stale group */
 };
 
 /*
@@ -390,7 +391,6 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
 		bool waited = p->waiters || g->released, moved = false;
 		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
-		struct ss_req *busy = NULL;
 
 		if (p->budget <= 0)
 			return false;
@@ -404,7 +404,6 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 				continue;
 			}
 			moved |= req->nr_freed != freed;
-			busy = busy ?: req;
 			if (!past--)
 				break;
 		}
@@ -424,9 +423,6 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 						     SS_LEVELS - 1;
 		g->level = moved ? 0 : min(l + 1, top);
 		list_move_tail(&g->node, &p->next[g->level]);
-		/* Memory nobody will ever ask for again, unless it comes back. */
-		if (g->level == SS_LEVELS - 1 && busy && READ_ONCE(busy->ctx->closed))
-			p->orphans = true;
 	}
 	return true;
 }
@@ -443,8 +439,8 @@ static void ss_reaper_fn(struct work_struct *work)
 		.wanted = xchg(&ss_wanted, false),
 	};
 	struct ss_req *req, *tmp;
+	bool stale, want;
 	unsigned int l;
-	bool want;
 
 	INIT_LIST_HEAD(&p.idle);
 	INIT_LIST_HEAD(&p.dead);
@@ -466,6 +462,7 @@ static void ss_reaper_fn(struct work_struct *work)
 			delay = min(delay, time_after(ss_due[l], p.now) ?
 				    ss_due[l] - p.now : 1UL);
 	}
+	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
 	want = p.waiters || ss_released_nr;
 	spin_unlock(&ss_inflight_lock);
 	atomic64_add(SS_PASS_BUDGET - p.budget, &stablesend_stats[SS_REAP_CHECKS]);
@@ -473,8 +470,8 @@ static void ss_reaper_fn(struct work_struct *work)
 	/*
 	 * Someone waits (memory, RELEASED) on a group where nothing moved:
 	 * kick after SS_KICK_FIRST ticks, then at doubling gaps up to a
-	 * second.  Else only for a closed open's pages nothing moved for
-	 * about a second, once a second.
+	 * second.  Else, while pages have not moved for about a second, once
+	 * a second.
 	 */
 	if (!want)
 		gap = SS_KICK_FIRST;
@@ -482,7 +479,7 @@ static void ss_reaper_fn(struct work_struct *work)
 		last_kick = p.now;
 		gap = min_t(unsigned long, 2 * gap, HZ);
 		ss_rx_kick();
-	} else if (p.orphans && time_after_eq(p.now, last_kick + HZ)) {
+	} else if (stale && time_after_eq(p.now, last_kick + HZ)) {
 		last_kick = p.now;
 		ss_rx_kick();
 	}
