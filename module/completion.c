@@ -71,6 +71,8 @@ static bool ss_wanted;
 static unsigned long ss_wanted_at;
 /* Submitters waiting for memory now: kicks are for them. */
 static atomic_t ss_waiters;
+/* When a non-blocking submitter last got EAGAIN: it waits too, in poll(). */
+static unsigned long ss_eagain_at;
 static void ss_reaper_fn(struct work_struct *work);
 static DECLARE_DELAYED_WORK(ss_reaper, ss_reaper_fn);
 
@@ -296,6 +298,21 @@ void ss_reaper_wait(int delta)
 }
 
 /**
+ * ss_reaper_eagain - a non-blocking submitter found no memory
+ *
+ * It will poll for room, unseen: for a second it counts as a waiter.
+ */
+void ss_reaper_eagain(void)
+{
+	unsigned long now = jiffies;
+
+	if (READ_ONCE(ss_eagain_at) != now) {
+		WRITE_ONCE(ss_eagain_at, now);
+		ss_reaper_soon();
+	}
+}
+
+/**
  * ss_req_finish - a request is off its socket's FIFO for good
  * @req:	the request; the caller has unlinked it from the FIFO
  * @res:	bytes sent, or -errno
@@ -432,26 +449,32 @@ static void ss_reaper_fn(struct work_struct *work)
 	/* The work item never runs concurrently with itself: no lock. */
 	static unsigned long last_kick, gap = SS_KICK_FIRST;
 	unsigned long delay = MAX_JIFFY_OFFSET;
+	/* The level a pass starts at: the one the last ran out of budget in. */
+	static unsigned int first;
 	struct ss_pass p = {
 		.now = jiffies,
 		.budget = SS_PASS_BUDGET,
-		.waiters = atomic_read(&ss_waiters),
+		.waiters = atomic_read(&ss_waiters) ||
+			   time_before(jiffies, READ_ONCE(ss_eagain_at) + HZ),
 		.wanted = xchg(&ss_wanted, false),
 	};
 	struct ss_req *req, *tmp;
+	unsigned int i, l;
 	bool stale, want;
-	unsigned int l;
 
 	INIT_LIST_HEAD(&p.idle);
 	INIT_LIST_HEAD(&p.dead);
 	for (l = 0; l < SS_LEVELS; l++)
 		INIT_LIST_HEAD(&p.next[l]);
 	spin_lock(&ss_inflight_lock);
-	for (l = 0; l < SS_LEVELS; l++) {
+	for (i = 0; i < SS_LEVELS; i++) {
+		l = (first + i) % SS_LEVELS;
 		if (!p.wanted && time_before(p.now, ss_due[l]))
 			continue;
 		if (!ss_reap_level(l, &p)) {
-			ss_due[l] = p.now;	/* the rest next tick */
+			/* The rest next tick, before the other levels. */
+			ss_due[l] = p.now;
+			first = l;
 			break;
 		}
 		ss_due[l] = p.now + (1UL << l);
@@ -501,6 +524,7 @@ void ss_reaper_init(void)
 		INIT_LIST_HEAD(&ss_watch[l]);
 		ss_due[l] = jiffies;
 	}
+	ss_eagain_at = jiffies - HZ;
 	ss_wanted_at = jiffies - 1;
 }
 

@@ -259,7 +259,7 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	poll_wait(file, ss_user_waitq(ctx), pt);
 	if (READ_ONCE(ctx->cq_nr))
 		mask |= EPOLLIN | EPOLLRDNORM;
-	if (READ_ONCE(ctx->mem_used) < ctx->mem_limit && ss_user_room(ctx))
+	if (ss_room(ctx))
 		mask |= EPOLLOUT | EPOLLWRNORM;
 	return mask;
 }

@@ -191,9 +191,9 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender)
 {
 	struct ss_user *u = ctx->user;
+	s64 busy, held;
 	int seen, err;
 	u64 limit;
-	s64 busy;
 
 	if (ctx->unbounded) {
 		atomic64_add(need, &u->held);
@@ -207,13 +207,16 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		if (ss_user_try_charge(u, need, limit))
 			return 0;
 		/* Idle pages make room only if the rest leaves enough. */
-		busy = atomic64_read(&u->held) - atomic64_read(&u->pooled);
-		if (busy + need <= limit &&
-		    ss_user_trim(u, ctx, atomic64_read(&u->held) + need - limit) &&
+		held = atomic64_read(&u->held);
+		busy = held - atomic64_read(&u->pooled);
+		if (busy + need <= limit && held + need > limit &&
+		    ss_user_trim(u, ctx, held + need - limit) &&
 		    ss_user_try_charge(u, need, limit))
 			return 0;
-		if (nonblock)
+		if (nonblock) {
+			ss_reaper_eagain();
 			return -EAGAIN;
+		}
 		err = ss_sender_off(sender);
 		if (err)
 			return err;
@@ -230,14 +233,24 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	}
 }
 
-/* Room for another request of the user's, for poll(): idle pages count as room. */
-bool ss_user_room(struct ss_ctx *ctx)
+/*
+ * Room for another request, for poll(): a chunk (or the whole limit, when
+ * smaller) free under the open's limit and under the user's, idle pool
+ * pages counting as free.  Less would have a level-triggered event loop
+ * spin on EAGAIN.
+ */
+bool ss_room(struct ss_ctx *ctx)
 {
+	u64 limit = READ_ONCE(stablesend_user_limit), busy;
 	struct ss_user *u = ctx->user;
 
-	return ctx->unbounded ||
-	       atomic64_read(&u->held) - atomic64_read(&u->pooled) <
-	       READ_ONCE(stablesend_user_limit);
+	if (READ_ONCE(ctx->mem_used) + min_t(u64, SS_CHUNK_SIZE, ctx->mem_limit) >
+	    ctx->mem_limit)
+		return false;
+	if (ctx->unbounded)
+		return true;
+	busy = max_t(s64, 0, atomic64_read(&u->held) - atomic64_read(&u->pooled));
+	return busy + min_t(u64, SS_CHUNK_SIZE, limit) <= limit;
 }
 
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)
@@ -313,8 +326,11 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		list_del(&page->lru);
 		ss_pool_account(ctx, -(s64)(PAGE_SIZE << order));
 		spin_unlock(&ctx->lock);
-		/* The request's charge covers it from now on. */
-		ss_user_uncharge(ctx->user, PAGE_SIZE << order);
+		/*
+		 * The request's charge covers it from now on.  Nobody to wake:
+		 * the room others see (held less pooled) is the same.
+		 */
+		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
 		return page;
 	}
 	/* Gone before the lock is dropped: no thread of the open counts on them. */

@@ -61,15 +61,19 @@ static int ss_reserve_more(struct ss_req *req, u64 size)
 }
 
 /*
- * Room for @more bvec entries beyond one per chunk: a chunk whose
- * high-order allocation failed takes one entry per page.  Nothing else
- * looks at the array before the request is queued.
+ * Room for @want bvec entries: a chunk whose high-order allocation failed
+ * takes one entry per page.  The array at least doubles (up to one entry
+ * per page of the request), so a request whose chunks all fall back is
+ * not copied over once per chunk.  Nothing else looks at the array
+ * before the request is queued.
  */
-static int ss_bvec_grow(struct ss_req *req, unsigned int more)
+static int ss_bvec_grow(struct ss_req *req, u64 want)
 {
-	unsigned int n = req->bvec_cap + more;
+	u64 n = max(want, min_t(u64, 2ULL * req->bvec_cap, req->need >> PAGE_SHIFT));
 	struct bio_vec *bv;
 
+	if (want <= req->bvec_cap)
+		return 0;
 	bv = kvmalloc_array(n, sizeof(*bv), SS_GFP);
 	if (!bv)
 		return -ENOMEM;
@@ -110,7 +114,9 @@ static int ss_grow(struct ss_req *req, u64 end)
 		if (!order)
 			return -ENOMEM;
 		atomic64_inc(&stablesend_stats[SS_ORDER0_FALLBACKS]);
-		err = ss_bvec_grow(req, (1U << order) - 1);
+		/* This chunk page by page, one entry for each chunk after it. */
+		err = ss_bvec_grow(req, req->nr_pages + (1U << order) +
+				   DIV_ROUND_UP(left - size, SS_CHUNK_SIZE));
 		if (err)
 			return err;
 		for (i = 0; i < (1U << order); i++) {
@@ -123,6 +129,25 @@ static int ss_grow(struct ss_req *req, u64 end)
 		}
 	}
 	return 0;
+}
+
+/*
+ * One piecemeal reservation per open at a time.  A SEND waits for it off
+ * the senders registry, as for memory: the holder may be waiting for
+ * memory that only the SEND caller's own task work can free.
+ */
+static int ss_reserve_lock(struct ss_ctx *ctx, struct ss_sender *sender)
+{
+	int err = sender ? ss_sender_pause(sender) : 0;
+
+	if (err)
+		return err;
+	if (mutex_lock_interruptible(&ctx->reserve_lock))
+		return -ERESTARTSYS;
+	err = sender ? ss_sender_enter(sender) : 0;
+	if (err)
+		mutex_unlock(&ctx->reserve_lock);
+	return err;
 }
 
 /* Reserve @ncqe completion records of the open. */
@@ -209,11 +234,12 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	if (!err) {
 		req->charged = need;
 	} else if (nonblock) {
-		goto fail;
-	} else if (mutex_lock_interruptible(&ctx->reserve_lock)) {
-		err = -ERESTARTSYS;
+		ss_reaper_eagain();
 		goto fail;
 	} else {
+		err = ss_reserve_lock(ctx, sender);
+		if (err)
+			goto fail;
 		req->piecemeal = true;
 	}
 	return req;

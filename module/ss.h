@@ -183,7 +183,7 @@ int ss_user_attach(struct ss_ctx *ctx);
 void ss_user_detach(struct ss_ctx *ctx);
 int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender);
-bool ss_user_room(struct ss_ctx *ctx);
+bool ss_room(struct ss_ctx *ctx);
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx);
 int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	       struct ss_sender *sender);
@@ -212,6 +212,7 @@ void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
 void ss_reaper_init(void);
 void ss_reaper_wait(int delta);
+void ss_reaper_eagain(void);
 struct sock;
 struct ss_group *ss_group_get(struct sock *sk);
 void ss_group_sock_gone(struct ss_group *g);

@@ -54,9 +54,10 @@ static const unsigned char *file_bytes;
 static int rx_sock;
 static volatile int rx_bad;
 
-/* What the four phases below send, in order: [offset, length). */
+/* What the five phases below send, in order: [offset, length). */
 static const size_t segs[][2] = {
 	{ 0, LIMIT }, { 0, LIMIT }, { LIMIT, LIMIT }, { REQ_LEN, LIMIT },
+	{ 0, LIMIT },
 };
 
 /* The receiver, on CPU 1: reads and checks everything, as it arrives. */
@@ -171,6 +172,28 @@ int main(void)
 	REQUIRE(ss_send(dev, &one) == LIMIT, "SEND waiting for memory");
 	alarm(0);
 	printf("blocking SEND got its memory after %.3f s\n", now_s() - t);
+
+	/*
+	 * A non-blocking submitter that finds the memory still out (the last
+	 * SEND's pages) polls for it: POLLOUT must come, kicked for.
+	 */
+	REQUIRE(fcntl(dev, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	one = ss_req(file, c, 0, LIMIT, 101);
+	t = now_s();
+	if (ss_submit(dev, &one, 1) == 1) {
+		printf("non-blocking submitter: the memory was back already\n");
+	} else {
+		struct pollfd p = { .fd = dev, .events = POLLOUT };
+
+		CHECK(errno == EAGAIN, "non-blocking SUBMIT: %s", strerror(errno));
+		CHECK(poll(&p, 1, 10000) == 1 && p.revents & POLLOUT,
+		      "non-blocking submitter: no POLLOUT within 10 s");
+		printf("non-blocking submitter: EAGAIN, then POLLOUT after %.3f s\n",
+		       now_s() - t);
+		REQUIRE(ss_submit(dev, &one, 1) == 1, "SUBMIT after POLLOUT");
+	}
+	CHECK(ss_reap_intr(dev, cqe, 1, 10000) == 1 && cqe[0].res == LIMIT,
+	      "non-blocking submitter's SENT");
 	REQUIRE(pthread_join(rt, NULL) == 0, "pthread_join");
 	CHECK(!rx_bad, "received bytes differ from the file");
 	printf("rx_kicks: %lld\n", ss_stat("rx_kicks") - kicks);

@@ -401,6 +401,115 @@ static void send_behind_own_submit(int file, long long limit)
 	      ss_stat("pool_bytes"));
 }
 
+/*
+ * One open shared by two single-threaded processes, its limit 8 MiB: P1
+ * SUBMITs 6 MiB to a peer that starts reading late (the rest waits for
+ * P1's task work); P2 SUBMITs 4 MiB, reserves piecemeal and waits for
+ * memory with the open's piecemeal lock held; then P1 SENDs 1 MiB, which
+ * must wait for that lock.  Only P1's task work frees what P2 waits for:
+ * P1's wait for the lock must give way to it, as its waits for memory do.
+ */
+static void send_behind_shared_piecemeal(int file)
+{
+	pid_t pid;
+	int st;
+
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		struct stablesend_req r;
+		int a, c, d, e, f, g, h, s1, s2, s3, s4;
+		pid_t p1, p2, p3, p2d;
+		long sent;
+
+		become(65534);
+		a = ss_dev();
+		if (ss_setup(a, -1, 8 << 20))
+			_exit(2);
+		unix_pair(&c, &d);
+		unix_pair(&e, &f);
+		unix_pair(&g, &h);
+		r = ss_req(file, c, 0, 6 << 20, 1);
+		if (ss_submit(a, &r, 1) != 1)
+			_exit(3);
+		p1 = drain(d, 6 << 20, 500);
+		p2d = drain(h, 4 << 20, 0);
+		p2 = fork();
+		if (!p2) {
+			/* P2: piecemeal, holding the lock while it waits. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r = ss_req(file, g, 0, 4 << 20, 2);
+			_exit(ss_send(a, &r) == 4 << 20 ? 0 : 1);
+		}
+		p3 = drain(f, 1 << 20, 0);
+		close(d);
+		close(f);
+		close(h);
+		usleep(200000);	/* P2 is waiting for memory by now */
+		r = ss_req(file, e, 0, 1 << 20, 3);
+		sent = ss_send(a, &r);
+		while (waitpid(p2, &s2, 0) < 0 && errno == EINTR)
+			;
+		while (waitpid(p1, &s1, 0) < 0 && errno == EINTR)
+			;
+		while (waitpid(p3, &s3, 0) < 0 && errno == EINTR)
+			;
+		while (waitpid(p2d, &s4, 0) < 0 && errno == EINTR)
+			;
+		printf("  SEND waiting for the open's piecemeal lock behind its own SUBMIT: %ld bytes; P2 %s, peers %s\n",
+		       sent, !s2 ? "sent 4 MiB" : "came short",
+		       !s1 && !s3 && !s4 ? "got everything" : "came short");
+		_exit(sent == 1 << 20 && !s1 && !s2 && !s3 && !s4 ? 0 : 1);
+	}
+	if (!wait_or_show(pid, &st, 30)) {
+		kill(pid, SIGKILL);
+		REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	}
+	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
+	      "SEND behind a shared open's piecemeal lock: %s %d",
+	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
+	      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0,
+	      "pool_bytes %lld after the shared-open case", ss_stat("pool_bytes"));
+}
+
+/*
+ * poll() says POLLOUT only with a chunk (64 KiB) free under the open's
+ * limit: with one page free a level-triggered loop would spin on EAGAIN.
+ */
+static void poll_low_water(int file)
+{
+	/* Whole chunks, then pieces that fill all but one page exactly. */
+	static const int kib[] = { 960, 32, 16, 8, 4 };
+	int dev = ss_dev(), c, d, off = 0;
+	struct stablesend_req r[5];
+	struct pollfd p;
+	char *buf = malloc(1 << 20);
+
+	REQUIRE(buf, "malloc");
+	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	unix_pair(&c, &d);
+	for (int i = 0; i < 5; i++) {
+		r[i] = ss_req(file, c, off, kib[i] << 10, i);
+		off += kib[i] << 10;
+	}
+	REQUIRE(ss_submit(dev, r, 5) == 5, "SUBMIT 1 MiB less a page");
+	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
+	CHECK(poll(&p, 1, 0) == 0,
+	      "POLLOUT with one page of the open's 1 MiB free (revents %#x)",
+	      p.revents);
+	printf("  poll with one page free: %s\n",
+	       p.revents & POLLOUT ? "POLLOUT" : "not writable");
+	CHECK(read_full(d, buf, (1 << 20) - 4096) == (1 << 20) - 4096, "read");
+	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
+	CHECK(poll(&p, 1, 10000) == 1 && p.revents & POLLOUT,
+	      "no POLLOUT within 10 s once the peer read everything");
+	close(dev);
+	close(c);
+	close(d);
+	free(buf);
+}
+
 /* Idle pool pages of a live open go back under reclaim. */
 static void shrinker(int file)
 {
@@ -458,6 +567,8 @@ int main(void)
 		/* A race, not a state: several rounds. */
 		for (int i = 0; i < 10; i++)
 			send_behind_own_submit(file, limit);
+		send_behind_shared_piecemeal(file);
+		poll_low_water(file);
 		shrinker(file);
 		/* Writing 0 brings the default (the value at load) back. */
 		REQUIRE(!write_str(PARAM, "12345678"), "set user_limit");
