@@ -221,6 +221,66 @@ static void user_bound(int file, long long total, long long limit)
 	free(p);
 }
 
+/* Print a file of /proc/@pid, indented. */
+static void show_proc(pid_t pid, const char *name)
+{
+	char path[64], buf[4096];
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	if (read_text(path, buf, sizeof(buf)))
+		return;
+	printf("  --- %s:\n%s\n", path, buf);
+}
+
+/*
+ * Wait up to @secs for child @pid; true if it exited.  Else print where
+ * it (and its descendants' parent) is stuck: its kernel stack, its
+ * signal and task-work state, and the module's counters.
+ */
+static bool wait_or_show(pid_t pid, int *st, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		if (waitpid(pid, st, WNOHANG) == pid)
+			return true;
+		usleep(100000);
+	}
+	printf("  child %d still running after %d s:\n", (int)pid, secs);
+	show_proc(pid, "stack");
+	show_proc(pid, "wchan");
+	show_proc(pid, "status");
+	printf("  requests_in_flight %lld, bytes_in_flight %lld, pool_bytes %lld\n",
+	       ss_stat("requests_in_flight"), ss_stat("bytes_in_flight"),
+	       ss_stat("pool_bytes"));
+	return false;
+}
+
+/* Set user_limit to @bytes and fork: the child's pid, 0 in the child. */
+static pid_t fork_under(long long bytes)
+{
+	char val[32];
+	pid_t pid;
+
+	snprintf(val, sizeof(val), "%lld", bytes);
+	REQUIRE(!write_str(PARAM, val), "set user_limit");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	return pid;
+}
+
+/* Child @pid must exit 0 within 30 s; one that does not is shown, then killed. */
+static void child_ok(pid_t pid, const char *what)
+{
+	int st;
+
+	if (!wait_or_show(pid, &st, 30)) {
+		kill(pid, SIGKILL);
+		REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	}
+	CHECK(WIFEXITED(st) && !WEXITSTATUS(st), "%s: %s %d", what,
+	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
+	      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 /* Root beyond a 32 MiB bound with CAP_SYS_RESOURCE, not without it. */
 static void cap_sys_resource(int file, long long limit)
 {
@@ -228,12 +288,8 @@ static void cap_sys_resource(int file, long long limit)
 	struct stablesend_setup s = { .eventfd = -1, .mem_limit = 64 << 20 };
 	char val[32];
 	pid_t pid;
-	int st;
 
-	snprintf(val, sizeof(val), "%lld", small);
-	REQUIRE(!write_str(PARAM, val), "set user_limit");
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
+	pid = fork_under(small);
 	if (!pid) {
 		struct pinner *p = calloc(1, sizeof(*p));
 
@@ -242,9 +298,7 @@ static void cap_sys_resource(int file, long long limit)
 		       p->n, p->err ? strerror(p->err) : "none refused", p->pinned >> 20);
 		_exit(p->n * (long long)REQ >= 3 * small ? 0 : 1);
 	}
-	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
-	      "root with CAP_SYS_RESOURCE was held to user_limit");
+	child_ok(pid, "root with CAP_SYS_RESOURCE went beyond user_limit");
 	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0, "pool_bytes %lld after root's opens",
 	      ss_stat("pool_bytes"));
 
@@ -267,9 +321,7 @@ static void cap_sys_resource(int file, long long limit)
 		       p->n, p->err ? strerror(p->err) : "none refused", p->pinned >> 20);
 		_exit(p->err == EAGAIN && p->pinned <= small ? 0 : 1);
 	}
-	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
-	      "root without CAP_SYS_RESOURCE: status %#x", st);
+	child_ok(pid, "root without CAP_SYS_RESOURCE held to user_limit");
 	snprintf(val, sizeof(val), "%lld", limit);
 	REQUIRE(!write_str(PARAM, val), "restore user_limit");
 	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0, "pool_bytes %lld at the end",
@@ -306,39 +358,6 @@ static pid_t drain(int fd, size_t want, int delay_ms)
 	_exit(got == want ? 0 : 1);
 }
 
-/* Print a file of /proc/@pid, indented. */
-static void show_proc(pid_t pid, const char *name)
-{
-	char path[64], buf[4096];
-
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
-	if (read_text(path, buf, sizeof(buf)))
-		return;
-	printf("  --- %s:\n%s\n", path, buf);
-}
-
-/*
- * Wait up to @secs for child @pid; true if it exited.  Else print where
- * it (and its descendants' parent) is stuck: its kernel stack, its
- * signal and task-work state, and the module's counters.
- */
-static bool wait_or_show(pid_t pid, int *st, int secs)
-{
-	for (int i = 0; i < secs * 10; i++) {
-		if (waitpid(pid, st, WNOHANG) == pid)
-			return true;
-		usleep(100000);
-	}
-	printf("  child %d still running after %d s:\n", (int)pid, secs);
-	show_proc(pid, "stack");
-	show_proc(pid, "wchan");
-	show_proc(pid, "status");
-	printf("  requests_in_flight %lld, bytes_in_flight %lld, pool_bytes %lld\n",
-	       ss_stat("requests_in_flight"), ss_stat("bytes_in_flight"),
-	       ss_stat("pool_bytes"));
-	return false;
-}
-
 /*
  * As nobody under an 8 MiB bound, single-threaded (another thread could
  * send on for it): SUBMIT 6 MiB to a peer that starts reading late (most
@@ -348,15 +367,10 @@ static bool wait_or_show(pid_t pid, int *st, int secs)
  */
 static void send_behind_own_submit(int file, long long limit)
 {
-	const long long small = 8 << 20;
 	char val[32];
 	pid_t pid;
-	int st;
 
-	snprintf(val, sizeof(val), "%lld", small);
-	REQUIRE(!write_str(PARAM, val), "set user_limit");
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
+	pid = fork_under(8 << 20);
 	if (!pid) {
 		struct stablesend_req r;
 		int a, b, c, d, e, f, s1, s2;
@@ -386,15 +400,7 @@ static void send_behind_own_submit(int file, long long limit)
 		       sent, !s1 && !s2 ? "got everything" : "came short");
 		_exit(sent == 4 << 20 && !s1 && !s2 ? 0 : 1);
 	}
-	/* A SEND that never returns: show where it is stuck, then end it. */
-	if (!wait_or_show(pid, &st, 30)) {
-		kill(pid, SIGKILL);
-		REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
-	}
-	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
-	      "SEND behind the thread's own SUBMIT: %s %d",
-	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
-	      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	child_ok(pid, "SEND behind the thread's own SUBMIT");
 	snprintf(val, sizeof(val), "%lld", limit);
 	REQUIRE(!write_str(PARAM, val), "restore user_limit");
 	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0, "pool_bytes %lld after SEND behind SUBMIT",
@@ -411,10 +417,8 @@ static void send_behind_own_submit(int file, long long limit)
  */
 static void send_behind_shared_piecemeal(int file)
 {
-	pid_t pid;
-	int st;
+	pid_t pid = fork();
 
-	pid = fork();
 	REQUIRE(pid >= 0, "fork");
 	if (!pid) {
 		struct stablesend_req r;
@@ -461,14 +465,7 @@ static void send_behind_shared_piecemeal(int file)
 		       !s1 && !s3 && !s4 ? "got everything" : "came short");
 		_exit(sent == 1 << 20 && !s1 && !s2 && !s3 && !s4 ? 0 : 1);
 	}
-	if (!wait_or_show(pid, &st, 30)) {
-		kill(pid, SIGKILL);
-		REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
-	}
-	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
-	      "SEND behind a shared open's piecemeal lock: %s %d",
-	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
-	      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	child_ok(pid, "SEND behind a shared open's piecemeal lock");
 	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0,
 	      "pool_bytes %lld after the shared-open case", ss_stat("pool_bytes"));
 }
