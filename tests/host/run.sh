@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 #
 # run.sh TEST...: run each test (a program, or a .sh script) with a timeout;
-# exit 0 is a pass, 77 a skip, anything else a failure.  Prints PASS, FAIL
-# or SKIP and the name per test, then "N passed, N failed, N skipped", and
+# exit 0 is a pass, 77 a skip (a failure unless tests/skips.allow lists it
+# for "host"), anything else a failure.  Prints PASS, FAIL or SKIP and the
+# name per test, then "N passed, N failed, N skipped", and
 # exits non-zero if anything failed.  Output goes to NAME.log, shown on
 # failure.
 #
@@ -12,6 +13,13 @@
 
 timeout=${TIMEOUT:-120}
 pass=0 fail=0 skip=0
+allow=$(dirname "$0")/../skips.allow
+
+# allowed NAME: prints why tests/skips.allow lets NAME skip on the host, or fails
+allowed() {
+	awk -F '\t' -v n="$1" '$1 == "host" && $2 == n { print $3; found = 1; exit }
+		END { exit !found }' "$allow" 2>/dev/null
+}
 
 # one NAME LOG CMD...
 one() {
@@ -21,7 +29,14 @@ one() {
 	rc=$?
 	case $rc in
 	0)	echo "PASS $name"; pass=$((pass + 1)) ;;
-	77)	echo "SKIP $name"; skip=$((skip + 1)) ;;
+	77)	if why=$(allowed "$name"); then
+			echo "SKIP (allowed) host $name: $why"
+			skip=$((skip + 1))
+		else
+			echo "FAIL $name (skipped, and not on tests/skips.allow; log $log)"
+			tail -n 30 "$log" | sed 's/^/    /'
+			fail=$((fail + 1))
+		fi ;;
 	*)	[ $rc = 124 ] && echo "(timed out after ${timeout}s)" >>"$log"
 		echo "FAIL $name (exit $rc, log $log)"
 		tail -n 30 "$log" | sed 's/^/    /'
