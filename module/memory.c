@@ -159,17 +159,9 @@ static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 }
 
 /*
- * A SEND waiting for memory is off the senders registry: task work for
- * its own queued requests, which may hold that memory, interrupts the
- * wait.  Work queued while it was still on the registry must run first:
- * the call is restarted once it has (-ERESTARTNOINTR), as it is when
- * work comes during the wait.
+ * After a wait for memory, a SEND goes back on the senders registry (see
+ * ss_sender_pause()); a wait cut short restarts the call.
  */
-static int ss_sender_off(struct ss_sender *sender)
-{
-	return sender ? ss_sender_pause(sender) : 0;
-}
-
 static int ss_sender_back(struct ss_sender *sender, int err)
 {
 	if (err)
@@ -217,7 +209,7 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 			ss_reaper_eagain();
 			return -EAGAIN;
 		}
-		err = ss_sender_off(sender);
+		err = ss_sender_pause(sender);
 		if (err)
 			return err;
 		/* Pages that come back are freed, not pooled, while we wait. */
@@ -283,7 +275,7 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		spin_unlock(&ctx->lock);
 		if (nonblock)
 			return -EAGAIN;
-		err = ss_sender_off(sender);
+		err = ss_sender_pause(sender);
 		if (err)
 			return err;
 		ss_reaper_wait(1);

@@ -138,7 +138,7 @@ static int ss_grow(struct ss_req *req, u64 end)
  */
 static int ss_reserve_lock(struct ss_ctx *ctx, struct ss_sender *sender)
 {
-	int err = sender ? ss_sender_pause(sender) : 0;
+	int err = ss_sender_pause(sender);
 
 	if (err)
 		return err;

@@ -140,7 +140,7 @@ void ss_sender_leave(struct ss_sender *s)
 
 /**
  * ss_sender_pause - a SEND caller is about to wait for memory
- * @s:		its entry
+ * @s:		its entry, or NULL (not a SEND: nothing to do)
  *
  * Its own queued requests may hold that memory, and only it can send them
  * on: off the registry, their task work interrupts the wait.  Work queued
@@ -149,6 +149,8 @@ void ss_sender_leave(struct ss_sender *s)
  */
 int ss_sender_pause(struct ss_sender *s)
 {
+	if (!s)
+		return 0;
 	ss_sender_leave(s);
 	if (!task_work_pending(current))
 		return 0;
