@@ -9,6 +9,7 @@
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/sched/signal.h>
+#include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -140,16 +141,26 @@ static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
 	return 0;
 }
 
+/* The open's counters; returns the bytes idle on its pool. */
+static u64 ss_counters(struct ss_ctx *ctx, struct stablesend_counters *c)
+{
+	u64 pooled;
+
+	spin_lock(&ctx->lock);
+	*c = ctx->stats;
+	c->mem_in_use = ctx->mem_used;
+	c->mem_limit = ctx->mem_limit;
+	c->cqes_pending = ctx->cq_nr;
+	pooled = ctx->pooled;
+	spin_unlock(&ctx->lock);
+	return pooled;
+}
+
 static long ss_ioctl_counters(struct ss_ctx *ctx, void __user *arg)
 {
 	struct stablesend_counters c;
 
-	spin_lock(&ctx->lock);
-	c = ctx->stats;
-	c.mem_in_use = ctx->mem_used;
-	c.mem_limit = ctx->mem_limit;
-	c.cqes_pending = ctx->cq_nr;
-	spin_unlock(&ctx->lock);
+	ss_counters(ctx, &c);
 	return copy_to_user(arg, &c, sizeof(c)) ? -EFAULT : 0;
 }
 
@@ -264,6 +275,28 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	return mask;
 }
 
+/*
+ * /proc/PID/fdinfo/FD: what this open holds, for an admin looking for the
+ * processes that use the module (stablesend status).
+ */
+static void ss_show_fdinfo(struct seq_file *m, struct file *file)
+{
+	struct ss_ctx *ctx = file->private_data;
+	struct stablesend_counters c;
+	u64 pooled = ss_counters(ctx, &c);
+
+	seq_printf(m, "stablesend-submitted:\t%llu\n", c.submitted);
+	seq_printf(m, "stablesend-completed:\t%llu\n", c.completed);
+	seq_printf(m, "stablesend-failed:\t%llu\n", c.failed);
+	seq_printf(m, "stablesend-bytes-sent:\t%llu\n", c.bytes_sent);
+	seq_printf(m, "stablesend-mem-in-use:\t%llu\n", c.mem_in_use);
+	seq_printf(m, "stablesend-mem-pooled:\t%llu\n", pooled);
+	seq_printf(m, "stablesend-mem-peak:\t%llu\n", c.mem_peak);
+	seq_printf(m, "stablesend-mem-limit:\t%llu\n", c.mem_limit);
+	seq_printf(m, "stablesend-records-pending:\t%llu\n", c.cqes_pending);
+	ss_user_show_fdinfo(m, ctx);
+}
+
 static const struct file_operations ss_fops = {
 	.owner		= THIS_MODULE,
 	.open		= ss_open,
@@ -273,6 +306,7 @@ static const struct file_operations ss_fops = {
 	.unlocked_ioctl	= ss_ioctl,
 	.compat_ioctl	= compat_ptr_ioctl,
 	.llseek		= noop_llseek,
+	.show_fdinfo	= ss_show_fdinfo,
 };
 
 static const char *const ss_stat_names[SS_NR_STATS] = {

@@ -21,6 +21,7 @@
 #include <linux/moduleparam.h>
 #include <linux/poll.h>
 #include <linux/sched/signal.h>
+#include <linux/seq_file.h>
 #include <linux/shrinker.h>
 #include <linux/slab.h>
 
@@ -503,6 +504,22 @@ void ss_user_detach(struct ss_ctx *ctx)
 		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->pooled));
 		kfree(u);
 	}
+}
+
+/* fdinfo: the user an open counts against, and what that user holds. */
+void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	seq_printf(m, "stablesend-user:\t%u\n",
+		   from_kuid_munged(seq_user_ns(m), u->uid));
+	seq_printf(m, "stablesend-user-held:\t%lld\n",
+		   (long long)atomic64_read(&u->held));
+	if (ctx->unbounded)
+		seq_puts(m, "stablesend-user-limit:\tnone\n");
+	else
+		seq_printf(m, "stablesend-user-limit:\t%lu\n",
+			   READ_ONCE(stablesend_user_limit));
 }
 
 static unsigned long ss_shrink_count(struct shrinker *s,

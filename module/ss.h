@@ -190,6 +190,8 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order);
 u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
+struct seq_file;
+void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx);
 
 /* transmit.c */
 int ss_sock_check(struct socket *sock, bool *copies);

@@ -271,6 +271,116 @@ static void print_dir(const char *title, const char *dir)
 		printf("  (nothing readable)\n");
 }
 
+/* Value of "KEY:\tVALUE" in an fdinfo text, or "-". */
+static void fdinfo_field(const char *text, const char *key, char *out,
+			 size_t size)
+{
+	size_t klen = strlen(key);
+	const char *p = text;
+
+	snprintf(out, size, "-");
+	while (p && *p) {
+		if (!strncmp(p, key, klen) && p[klen] == ':') {
+			p += klen + 1;
+			p += strspn(p, " \t");
+			snprintf(out, size, "%.*s", (int)strcspn(p, "\n"), p);
+			return;
+		}
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+}
+
+/* One open of the device by @pid, fd @fd: its line of the table. */
+static void print_open(const char *pid, const char *fd)
+{
+	static const char *const keys[] = {
+		"stablesend-user", "stablesend-submitted",
+		"stablesend-completed", "stablesend-failed",
+		"stablesend-bytes-sent", "stablesend-mem-in-use",
+		"stablesend-mem-pooled", "stablesend-mem-limit",
+	};
+	char path[PATH_MAX], comm[64] = "?", text[4096], val[32];
+	ssize_t n;
+	size_t i;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/%s/comm", pid);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f >= 0) {
+		n = read(f, comm, sizeof(comm) - 1);
+		comm[n > 0 ? n : 0] = '\0';
+		comm[strcspn(comm, "\n")] = '\0';
+		close(f);
+	}
+	snprintf(path, sizeof(path), "/proc/%s/fdinfo/%s", pid, fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return;
+	n = read(f, text, sizeof(text) - 1);
+	close(f);
+	if (n <= 0)
+		return;
+	text[n] = '\0';
+	printf("  %7s %-15s %4s", pid, comm, fd);
+	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		fdinfo_field(text, keys[i], val, sizeof(val));
+		printf(i ? " %12s" : " %6s", val);
+	}
+	printf("\n");
+}
+
+/*
+ * Every open of the device in the processes we may look at (all of them
+ * for root): what each holds, from /proc/PID/fdinfo.
+ */
+static void print_opens(void)
+{
+	struct dirent *p, *f;
+	struct stat dev, st;
+	int seen = 0;
+	DIR *proc, *fds;
+
+	if (stat(STABLESEND_DEVICE, &dev) || !S_ISCHR(dev.st_mode))
+		return;
+	proc = opendir("/proc");
+	if (!proc)
+		return;
+	printf("opens (/proc/PID/fdinfo%s):\n",
+	       geteuid() ? "; run as root to see every process" : "");
+	printf("  %7s %-15s %4s %6s %12s %12s %12s %12s %12s %12s %12s\n",
+	       "PID", "COMMAND", "FD", "UID", "SUBMITTED", "COMPLETED",
+	       "FAILED", "BYTES_SENT", "MEM_IN_USE", "MEM_POOLED",
+	       "MEM_LIMIT");
+	while ((p = readdir(proc))) {
+		char path[PATH_MAX];
+
+		if (p->d_name[strspn(p->d_name, "0123456789")] ||
+		    atoi(p->d_name) == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
+		fds = opendir(path);
+		if (!fds)
+			continue;
+		while ((f = readdir(fds))) {
+			if (f->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/fd/%s",
+				 p->d_name, f->d_name);
+			if (stat(path, &st) || !S_ISCHR(st.st_mode) ||
+			    st.st_rdev != dev.st_rdev)
+				continue;
+			print_open(p->d_name, f->d_name);
+			seen++;
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	if (!seen)
+		printf("  (none)\n");
+}
+
 static int cmd_status(int argc, char **argv)
 {
 	struct stablesend_counters c;
@@ -339,6 +449,7 @@ static int cmd_status(int argc, char **argv)
 	       (unsigned long long)c.copied);
 	stablesend_close(ss);
 
+	print_opens();
 	print_dir("module parameters", SYS_PARAMS);
 	print_dir("global counters", SYS_STATS);
 	print_dir("debugfs", DEBUGFS_DIR);
