@@ -9,6 +9,8 @@
  *    bytes sent are the file's content during the call, never a later
  *    write's.  It uses the module when present and pread(2)+send(2)
  *    otherwise.
+ *    stablesend_sendfile_hdtr() sends a header and a trailer around the
+ *    file bytes in the same call.
  *
  *  - stablesend_open() / _submit() / _reap() / _cancel() / _close() drive
  *    one asynchronous context (one open of the device).
@@ -56,6 +58,10 @@ extern "C" {
 struct stablesend;
 
 ssize_t stablesend_sendfile(int out_fd, int in_fd, off_t *offset, size_t count);
+ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
+				 size_t count, const void *head,
+				 size_t head_len, const void *tail,
+				 size_t tail_len, unsigned int flags);
 int stablesend_sendfile_path(void);
 
 struct stablesend *stablesend_open(int eventfd, unsigned int flags);

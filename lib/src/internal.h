@@ -23,6 +23,9 @@
  */
 extern const char *ss_device_path;
 
+/* sendfile.c: the path stable calls take here (libstablesend-preload). */
+int ss_sendfile_probe(int *why);
+
 struct stablesend {
 	int fd;
 	unsigned int flags;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * stablesend_sendfile(): sendfile(2) with pread(2) semantics for the data.
+ * stablesend_sendfile(): sendfile(2) with pread(2) semantics for the data;
+ * stablesend_sendfile_hdtr(): the same with a header and a trailer.
  *
  * With the module, each call is one synchronous STABLESEND_IOC_SEND on a
  * process-wide device fd, opened on first use.  Without it, the range is
@@ -40,6 +41,7 @@ static int dev_state = DEV_UNKNOWN;
 static int dev_fd = -1;
 static int dev_err;		/* why the state is DEV_ABSENT */
 static size_t dev_max_len;	/* longest SEND one call makes */
+static __u64 dev_features;	/* STABLESEND_FEAT_* of the device */
 
 static __thread int last_path;
 
@@ -93,6 +95,7 @@ static int dev_init_locked(void)
 	if (!max || max > SS_MAX_RW_COUNT)
 		max = SS_MAX_RW_COUNT;
 	dev_max_len = max;
+	dev_features = su.features;
 	dev_fd = fd;
 	__atomic_store_n(&dev_state, DEV_READY, __ATOMIC_RELEASE);
 	return 0;
@@ -143,12 +146,22 @@ static int dev_get(int *fd)
 	return 0;
 }
 
+/* What copy_check() learnt about the descriptors. */
+struct ss_fds {
+	off_t pos;		/* the starting offset */
+	off_t in_size;		/* st_size of in_fd */
+	int in_reg;		/* in_fd is a regular file */
+	int out_sock;		/* out_fd is a socket */
+	int out_nonblock;	/* out_fd has O_NONBLOCK */
+};
+
 /*
  * Validate like do_sendfile() does, in the same order, so that the copy
- * path fails with the same errno.  On success *pos is the starting offset.
+ * path fails with the same errno.  On success *count may be lowered and
+ * f->pos is the starting offset.
  */
 static int copy_check(int out_fd, int in_fd, const off_t *offset,
-		      size_t *count, off_t *pos, int *out_sock)
+		      size_t *count, struct ss_fds *f)
 {
 	struct stat ist, ost;
 	int ifl, ofl;
@@ -188,13 +201,16 @@ static int copy_check(int out_fd, int in_fd, const off_t *offset,
 		goto einval;
 
 	if (offset) {
-		*pos = *offset;
+		f->pos = *offset;
 	} else {
-		*pos = lseek(in_fd, 0, SEEK_CUR);
-		if (*pos < 0)
+		f->pos = lseek(in_fd, 0, SEEK_CUR);
+		if (f->pos < 0)
 			return -1;
 	}
-	*out_sock = S_ISSOCK(ost.st_mode);
+	f->in_size = ist.st_size;
+	f->in_reg = S_ISREG(ist.st_mode);
+	f->out_sock = S_ISSOCK(ost.st_mode);
+	f->out_nonblock = !!(ofl & O_NONBLOCK);
 	/*
 	 * sendfile(2) into a pipe moves at most what fits in the pipe at
 	 * once (splice_file_to_pipe()); do not write more than that either.
@@ -219,10 +235,9 @@ einval:
 static int sendfile_valid(int out_fd, int in_fd, const off_t *offset,
 			  size_t count)
 {
-	off_t pos;
-	int sock;
+	struct ss_fds f;
 
-	return copy_check(out_fd, in_fd, offset, &count, &pos, &sock);
+	return copy_check(out_fd, in_fd, offset, &count, &f);
 }
 
 /* Fail with the errno sendfile(2) would give, or err if it would not fail. */
@@ -237,9 +252,11 @@ static ssize_t fail_like_sendfile(int out_fd, int in_fd, const off_t *offset,
 /*
  * Write all of buf; a failure after some bytes went out ends the call early,
  * like a signal or a full non-blocking socket ends sendfile(2).  Returns the
- * bytes written, or -1 with errno if none were.
+ * bytes written, or -1 with errno if none were.  more: MSG_MORE, for a
+ * socket, when the caller has more to send right after.
  */
-static ssize_t write_all(int fd, const char *buf, size_t len, int sock)
+static ssize_t write_all(int fd, const char *buf, size_t len, int sock,
+			 int more)
 {
 	size_t done = 0;
 
@@ -247,7 +264,8 @@ static ssize_t write_all(int fd, const char *buf, size_t len, int sock)
 		ssize_t n;
 
 		if (sock)
-			n = send(fd, buf + done, len - done, MSG_NOSIGNAL);
+			n = send(fd, buf + done, len - done,
+				 MSG_NOSIGNAL | (more ? MSG_MORE : 0));
 		else
 			n = write(fd, buf + done, len - done);
 		if (n < 0)
@@ -264,11 +282,11 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 			     size_t count)
 {
 	size_t done = 0, chunk;
-	off_t pos;
-	int sock, err = 0;
+	struct ss_fds f;
+	int err = 0;
 	char *buf;
 
-	if (copy_check(out_fd, in_fd, offset, &count, &pos, &sock) < 0)
+	if (copy_check(out_fd, in_fd, offset, &count, &f) < 0)
 		return -1;
 	if (!count)
 		return 0;
@@ -282,13 +300,13 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 		size_t want = count - done < chunk ? count - done : chunk;
 		ssize_t n, w;
 
-		n = pread(in_fd, buf, want, pos + done);
+		n = pread(in_fd, buf, want, f.pos + done);
 		if (n <= 0) {
 			if (n < 0)
 				err = errno;
 			break;
 		}
-		w = write_all(out_fd, buf, n, sock);
+		w = write_all(out_fd, buf, n, f.out_sock, 0);
 		if (w < 0) {
 			err = errno;
 			break;
@@ -308,9 +326,9 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 	last_path = STABLESEND_PATH_COPY;
 	/* lseek() cannot fail on a regular file it has just read. */
 	if (offset)
-		*offset = pos + done;
+		*offset = f.pos + done;
 	else
-		lseek(in_fd, pos + done, SEEK_SET);
+		lseek(in_fd, f.pos + done, SEEK_SET);
 	return done;
 }
 
@@ -412,4 +430,273 @@ ssize_t stablesend_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 int stablesend_sendfile_path(void)
 {
 	return last_path;
+}
+
+/*
+ * For libstablesend-preload's log line: the path a stable call takes in
+ * this process, deciding it now if no call has.  Returns
+ * STABLESEND_PATH_MODULE, STABLESEND_PATH_COPY with *why the open or
+ * SETUP error (0: the module lacks SEND), or -1 with *why the errno calls
+ * fail with (STABLESEND_REQUIRE_MODULE=1 and no module).
+ */
+int ss_sendfile_probe(int *why)
+{
+	int fd, ret = dev_get(&fd);
+
+	*why = 0;
+	if (ret < 0) {
+		*why = errno;
+		return -1;
+	}
+	if (ret)
+		return STABLESEND_PATH_MODULE;
+	/* EOPNOTSUPP is ours: the module lacks SEND. */
+	if (__atomic_load_n(&dev_state, __ATOMIC_ACQUIRE) == DEV_ABSENT &&
+	    dev_err != EOPNOTSUPP)
+		*why = dev_err;
+	return STABLESEND_PATH_COPY;
+}
+
+/* Header and trailer of stablesend_sendfile_hdtr(). */
+struct ss_hdtr {
+	const char *head, *tail;
+	size_t head_len, tail_len;
+	unsigned int flags;
+};
+
+/* Bytes of the range the file holds, by its size at copy_check() time. */
+static size_t file_part(const struct ss_fds *f, size_t count)
+{
+	if (!f->in_reg)
+		return count;
+	if (f->pos >= f->in_size)
+		return 0;
+	if ((unsigned long long)(f->in_size - f->pos) < count)
+		return f->in_size - f->pos;
+	return count;
+}
+
+/*
+ * The copy path of stablesend_sendfile_hdtr(): header, file bytes through
+ * a bounce buffer, trailer, each written whole before the next starts; a
+ * short write ends the call.  The trailer goes only after all of the file
+ * range (tail_ok: the range was not cut) or its end of file.  *fsent gets
+ * the file bytes sent.  Returns all bytes sent, or -1 with errno if none.
+ */
+static ssize_t copy_hdtr(int out_fd, int in_fd, const struct ss_fds *f,
+			 size_t count, int tail_ok, const struct ss_hdtr *h,
+			 size_t *fsent)
+{
+	int more = !!(h->flags & STABLESEND_REQ_MORE), sock = f->out_sock;
+	size_t done = 0, fdone = 0, flen, chunk;
+	char *buf = NULL;
+	ssize_t w;
+	int err = 0;
+
+	/* What the file should give, to know which write is the last. */
+	flen = file_part(f, count);
+
+	if (h->head_len) {
+		w = write_all(out_fd, h->head, h->head_len, sock,
+			      more || flen || (tail_ok && h->tail_len));
+		if (w < 0)
+			goto fail;
+		done = w;
+		if ((size_t)w < h->head_len)
+			goto out;
+	}
+
+	chunk = count < SS_COPY_CHUNK ? count : SS_COPY_CHUNK;
+	if (chunk) {
+		buf = malloc(chunk);
+		if (!buf)
+			goto fail;
+	}
+	while (fdone < count) {
+		size_t want = count - fdone < chunk ? count - fdone : chunk;
+		ssize_t n = pread(in_fd, buf, want, f->pos + fdone);
+
+		if (n < 0)
+			goto fail;
+		if (n == 0) {
+			tail_ok = 1;	/* end of file */
+			break;
+		}
+		w = write_all(out_fd, buf, n, sock, more || fdone + n < flen ||
+			      (h->tail_len && (tail_ok || fdone + n < count)));
+		if (w < 0)
+			goto fail;
+		fdone += w;
+		done += w;
+		if (w < n)
+			goto out;
+	}
+
+	if (tail_ok && h->tail_len) {
+		w = write_all(out_fd, h->tail, h->tail_len, sock, more);
+		if (w < 0)
+			goto fail;
+		done += w;
+	}
+	goto out;
+
+fail:
+	err = errno;
+out:
+	free(buf);
+	*fsent = fdone;
+	if (!done) {
+		errno = err;
+		return -1;
+	}
+	return done;
+}
+
+/*
+ * One SEND carrying header, file range and trailer.  The file part is
+ * sized from f->in_size so that the split of the result between file and
+ * trailer bytes is known; a range cut to fit the budget leaves the trailer
+ * for a later call.  Returns the bytes sent with *fsent the file bytes
+ * among them, or -1 with errno.
+ */
+static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
+			   const struct ss_fds *f, size_t count, int tail_ok,
+			   const struct ss_hdtr *h, size_t *fsent)
+{
+	size_t budget = dev_max_len, hd = h->head_len + h->tail_len, flen;
+	struct stablesend_req req;
+	int ret;
+
+	/* As module_sendfile(): no more than the socket can take at once. */
+	if (f->out_nonblock) {
+		socklen_t sl = sizeof(int);
+		int sndbuf;
+
+		if (!getsockopt(out_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) &&
+		    sndbuf > 0 && (size_t)sndbuf < budget)
+			budget = sndbuf;
+	}
+	flen = file_part(f, count);
+	if (flen < count)
+		tail_ok = 1;	/* the range ends at end of file */
+	if (flen > (budget > hd + SS_MIN_SEND ? budget - hd : SS_MIN_SEND)) {
+		flen = budget > hd + SS_MIN_SEND ? budget - hd : SS_MIN_SEND;
+		tail_ok = 0;
+	}
+
+	for (;;) {
+		stablesend_prep_req(&req, in_fd, out_fd, f->pos, flen, 0);
+		stablesend_prep_hdtr(&req, h->head, h->head_len,
+				     tail_ok ? h->tail : NULL,
+				     tail_ok ? h->tail_len : 0);
+		req.flags = h->flags;
+		if (!flen && !req.head_len && !req.tail_len) {
+			*fsent = 0;	/* nothing left to send: a file shrank */
+			return 0;
+		}
+		ret = ioctl(dev, STABLESEND_IOC_SEND, &req);
+		if (ret >= 0)
+			break;
+		if (errno == ENODATA && flen) {
+			/* The file shrank below pos: header and trailer only. */
+			flen = 0;
+			tail_ok = 1;
+		} else if (errno == EMSGSIZE && flen > SS_MIN_SEND) {
+			flen /= 2;
+			tail_ok = 0;
+		} else {
+			return -1;
+		}
+	}
+	if ((size_t)ret <= h->head_len)
+		*fsent = 0;
+	else if ((size_t)ret - h->head_len < flen)
+		*fsent = ret - h->head_len;
+	else
+		*fsent = flen;
+	return ret;
+}
+
+ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
+				 size_t count, const void *head,
+				 size_t head_len, const void *tail,
+				 size_t tail_len, unsigned int flags)
+{
+	struct ss_hdtr h = {
+		.head = head, .head_len = head_len,
+		.tail = tail, .tail_len = tail_len,
+		.flags = flags,
+	};
+	size_t want = count, fsent = 0;
+	struct ss_fds f;
+	ssize_t n = -1;
+	int dev, err;
+
+	if (flags & ~STABLESEND_REQ_MORE) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!head_len && !tail_len && !flags)
+		return stablesend_sendfile(out_fd, in_fd, offset, count);
+	if (head_len > STABLESEND_HDTR_MAX || tail_len > STABLESEND_HDTR_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((head_len && !head) || (tail_len && !tail)) {
+		errno = EFAULT;
+		return -1;
+	}
+	if (copy_check(out_fd, in_fd, offset, &count, &f) < 0)
+		return -1;
+	/* The whole result fits in a ssize_t on 32 bits too. */
+	if (count > SS_MAX_RW_COUNT - 2 * STABLESEND_HDTR_MAX)
+		count = SS_MAX_RW_COUNT - 2 * STABLESEND_HDTR_MAX;
+	if (!count && !head_len && !tail_len)
+		return 0;	/* STABLESEND_REQ_MORE alone, nothing to send */
+
+	switch (dev_get(&dev)) {
+	case -1:
+		return -1;
+	case 1:
+		if (!(dev_features & STABLESEND_FEAT_HDTR)) {
+			if (require_module()) {
+				errno = EOPNOTSUPP;
+				return -1;
+			}
+			break;
+		}
+		/* The module takes regular files to sockets only. */
+		if ((!f.in_reg || !f.out_sock) && !require_module())
+			break;
+		n = module_hdtr(dev, out_fd, in_fd, &f, count, count == want,
+				&h, &fsent);
+		if (n >= 0) {
+			last_path = STABLESEND_PATH_MODULE;
+			goto done;
+		}
+		err = errno;
+		if (require_module())
+			return -1;
+		switch (err) {
+		case ENOTSOCK:
+		case EOPNOTSUPP:
+		case ENOTCONN:
+		case EMSGSIZE:	/* even the header and trailer do not fit */
+			break;
+		default:
+			return -1;
+		}
+	}
+	n = copy_hdtr(out_fd, in_fd, &f, count, count == want, &h, &fsent);
+	if (n < 0)
+		return -1;
+	last_path = STABLESEND_PATH_COPY;
+done:
+	if (fsent) {
+		if (offset)
+			*offset = f.pos + fsent;
+		else
+			lseek(in_fd, f.pos + fsent, SEEK_SET);
+	}
+	return n;
 }

@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 g=$work/libtests
 mkdir "$g"
 CFLAGS="-static -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -I$top/lib/include -I$top/uapi"
-for t in api-args sendfile-compare sendfile-stable async-module open-nodev mock-module; do
+for t in api-args sendfile-compare sendfile-stable sendfile-hdtr async-module open-nodev mock-module; do
 	# shellcheck disable=SC2086
 	${CC:-cc} $CFLAGS -o "$g/$t" "$here/$t.c" "$top/lib/libstablesend.a" -pthread
 done
@@ -47,7 +47,7 @@ check() {
 		echo "FAIL $name"; sed 's/^/    /' /tmp/$name.log; fail=$((fail + 1))
 	fi
 }
-for t in api-args sendfile-compare sendfile-stable async-module open-nodev mock-module; do
+for t in api-args sendfile-compare sendfile-stable sendfile-hdtr async-module open-nodev mock-module; do
 	check $t ./$t
 done
 grep -h -E '^seed|^under fire' /tmp/sendfile-stable.log

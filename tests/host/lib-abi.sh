@@ -43,6 +43,19 @@ for f in $(cat "$work/declared"); do
 	[ -f "$lib/man/$f.3" ] || fail "no man page for $f"
 done
 
+# The LD_PRELOAD library: sendfile and sendfile64 only, self-contained.
+pre=$lib/libstablesend-preload.so
+if [ -f "$pre" ]; then
+	exp=$(nm -D --defined-only "$pre" | awk '$2 != "A" { print $3 }' | sort | tr '\n' ' ')
+	[ "$exp" = "sendfile sendfile64 " ] && ok "preload exports sendfile, sendfile64" ||
+		fail "preload exports: $exp"
+	readelf -d "$pre" | grep -q TEXTREL && fail "preload: text relocations"
+	readelf -d "$pre" | grep NEEDED | grep -q libstablesend &&
+		fail "preload needs libstablesend.so: one file must do"
+else
+	fail "$pre not built"
+fi
+
 # Soname, symlinks.
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libstablesend.so.0 ] && ok "soname $soname" || fail "soname '$soname'"
@@ -79,10 +92,11 @@ for f in usr/include/stablesend.h usr/include/linux/stablesend.h \
 	 usr/lib/libstablesend.so.$version usr/lib/libstablesend.so.0 \
 	 usr/lib/libstablesend.so usr/lib/libstablesend.a \
 	 usr/lib/pkgconfig/libstablesend.pc usr/bin/stablesend \
-	 usr/share/man/man1/stablesend.1 usr/share/man/man3/stablesend_sendfile.3; do
+	 usr/share/man/man1/stablesend.1 usr/share/man/man3/stablesend_sendfile.3 \
+	 usr/lib/libstablesend-preload.so usr/share/man/man7/libstablesend-preload.7; do
 	[ -e "$d/$f" ] || fail "not installed: $f"
 done
-for m in $(cat "$work/declared") stablesend; do
+for m in $(cat "$work/declared") stablesend libstablesend-preload; do
 	man -M "$d/usr/share/man" -w "$m" >/dev/null 2>&1 &&
 	MANWIDTH=80 man -M "$d/usr/share/man" "$m" 2>/dev/null | grep -q "$m" ||
 		fail "installed man page $m does not render"

@@ -13,7 +13,10 @@
  * acceptance, reap (records, timeouts, EINTR), cancel, counters, and
  * stablesend_sendfile()'s use of SEND: request fields, length caps,
  * ENODATA, EMSGSIZE, fallback on ENOTSOCK, EINTR, non-blocking sockets,
- * file position and *offset updates; device init failures and
+ * file position and *offset updates; stablesend_sendfile_hdtr()'s SEND
+ * (header and trailer in the request, the trailer held back when the range
+ * is cut, header and trailer alone at end of file, the copy path when the
+ * module lacks STABLESEND_FEAT_HDTR); device init failures and
  * STABLESEND_REQUIRE_MODULE in child processes.
  */
 #include <signal.h>
@@ -49,7 +52,8 @@ static struct {
 	__u64 cancel_arg;
 } mock = {
 	.features = STABLESEND_FEAT_SUBMIT | STABLESEND_FEAT_SEND |
-		    STABLESEND_FEAT_TCP | STABLESEND_FEAT_UNIX,
+		    STABLESEND_FEAT_HDTR | STABLESEND_FEAT_TCP |
+		    STABLESEND_FEAT_UNIX,
 	.accept_left = 1 << 30,
 	.emsgsize_above = ~0ULL,
 };
@@ -68,11 +72,29 @@ static int fail(int err)
 	return -1;
 }
 
+/* Send len bytes as the module would; 0 when the socket took them all. */
+static int mock_put(int sock, const void *p, size_t len, __u64 *done)
+{
+	while (len) {
+		ssize_t w = send(sock, p, len, MSG_NOSIGNAL);
+
+		if (w < 0)
+			return *done ? 1 : -1;
+		*done += w;
+		if ((size_t)w < len)
+			return 1;
+		len -= w;
+		p = (const char *)p + w;
+	}
+	return 0;
+}
+
 static int mock_send(struct stablesend_req *r)
 {
 	static char buf[65536];
 	struct stat st;
-	__u64 done = 0;
+	__u64 done = 0, flen;
+	int ret;
 
 	mock.send_calls++;
 	mock.last_send = *r;
@@ -88,28 +110,36 @@ static int mock_send(struct stablesend_req *r)
 		return fail(ENOTSOCK);
 	if (fstat(r->file_fd, &st))
 		return -1;
-	if (r->offset >= (__u64)st.st_size)
+	if (!r->len && !r->head_len && !r->tail_len)
+		return fail(EINVAL);
+	if (r->head_len > STABLESEND_HDTR_MAX ||
+	    r->tail_len > STABLESEND_HDTR_MAX)
+		return fail(EINVAL);
+	if (r->len && r->offset >= (__u64)st.st_size)
 		return fail(ENODATA);
-	if (r->len > mock.emsgsize_above)
+	if (r->len + r->head_len + r->tail_len > mock.emsgsize_above)
 		return fail(EMSGSIZE);
-	if (r->len > MOCK_LIMIT)
+	if (r->len + r->head_len + r->tail_len > MOCK_LIMIT)
 		return fail(EMSGSIZE);
-	while (done < r->len) {
-		size_t want = r->len - done < sizeof(buf) ?
-			      r->len - done : sizeof(buf);
-		ssize_t n = pread(r->file_fd, buf, want, r->offset + done), w;
+	flen = r->len && (__u64)st.st_size - r->offset < r->len ?
+	       (__u64)st.st_size - r->offset : r->len;
+	/* As the module: a non-blocking socket takes what it has room for. */
+	ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->head, r->head_len,
+		       &done);
+	while (!ret && flen) {
+		size_t want = flen < sizeof(buf) ? flen : sizeof(buf);
+		ssize_t n = pread(r->file_fd, buf, want,
+				  r->offset + done - r->head_len);
 
 		if (n <= 0)
 			break;
-		/* As the module: a non-blocking socket takes what it has room for. */
-		w = send(r->sock_fd, buf, n, MSG_NOSIGNAL);
-		if (w < 0)
-			return done ? (int)done : -1;
-		done += w;
-		if (w < n)
-			break;
+		ret = mock_put(r->sock_fd, buf, n, &done);
+		flen -= n;
 	}
-	return done;
+	if (!ret)
+		ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->tail,
+			       r->tail_len, &done);
+	return ret < 0 ? -1 : (int)done;
 }
 
 static int mock_submit(struct stablesend_submit *s)
@@ -512,6 +542,186 @@ static void test_sendfile(void)
 	close(fd);
 }
 
+/* conn_close() for header + file [start, start + flen) + trailer. */
+static void conn_close_hdtr(struct conn *c, const char *head, size_t hlen,
+			    off_t start, size_t flen, const char *tail,
+			    size_t tlen, const char *what)
+{
+	const unsigned char *b;
+	size_t i;
+
+	close(c->fd);
+	sink_finish(&c->sink);
+	b = c->sink.buf;
+	CHECK(c->sink.len == hlen + flen + tlen, "%s: received %zu, want %zu",
+	      what, c->sink.len, hlen + flen + tlen);
+	if (c->sink.len == hlen + flen + tlen) {
+		CHECK(!memcmp(b, head, hlen), "%s: header", what);
+		for (i = 0; i < flen; i++)
+			if (b[hlen + i] != pat(start + i, 3))
+				break;
+		CHECK(i == flen, "%s: file byte %zu wrong", what, i);
+		CHECK(!memcmp(b + hlen + flen, tail, tlen), "%s: trailer",
+		      what);
+	}
+	free(c->sink.buf);
+}
+
+static void test_hdtr(void)
+{
+	static const char hd[] = "HEADER:", tl[] = ":TRAILER";
+	const size_t hl = sizeof(hd) - 1, tl_len = sizeof(tl) - 1;
+	const size_t size = 3 * MOCK_LIMIT + 777;
+	int fd = tmpfile_fd(size, 3), out;
+	struct conn c;
+	off_t off;
+	ssize_t n;
+
+	/* one SEND with header and trailer in the request */
+	conn_open(&c);
+	off = 5;
+	mock.send_calls = 0;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 10000, hd, hl, tl, tl_len,
+				     0);
+	CHECK(n == (ssize_t)(hl + 10000 + tl_len), "hdtr: %zd", n);
+	CHECK(off == 10005, "hdtr offset: %lld", (long long)off);
+	CHECK(mock.send_calls == 1, "hdtr: %d SENDs", mock.send_calls);
+	CHECK(mock.last_send.head == (uintptr_t)hd &&
+	      mock.last_send.head_len == hl &&
+	      mock.last_send.tail == (uintptr_t)tl &&
+	      mock.last_send.tail_len == tl_len &&
+	      mock.last_send.offset == 5 && mock.last_send.len == 10000 &&
+	      !mock.last_send.flags && !mock.last_send.reserved &&
+	      mock.last_send.file_fd == fd && mock.last_send.sock_fd == c.fd,
+	      "hdtr SEND request fields");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_MODULE, "path");
+	CHECK(lseek(fd, 0, SEEK_CUR) == 0, "position untouched");
+	conn_close_hdtr(&c, hd, hl, 5, 10000, tl, tl_len, "hdtr");
+
+	/* NULL offset, MORE */
+	conn_open(&c);
+	lseek(fd, 100, SEEK_SET);
+	n = stablesend_sendfile_hdtr(c.fd, fd, NULL, 1000, hd, hl, NULL, 0,
+				     STABLESEND_REQ_MORE);
+	CHECK(n == (ssize_t)hl + 1000 && lseek(fd, 0, SEEK_CUR) == 1100,
+	      "hdtr position: %zd", n);
+	CHECK(mock.last_send.flags == STABLESEND_REQ_MORE && !mock.last_send.tail,
+	      "MORE passed on");
+	lseek(fd, 0, SEEK_SET);
+	conn_close_hdtr(&c, hd, hl, 100, 1000, "", 0, "hdtr pos");
+
+	/* a range over the budget is cut and the trailer held back */
+	conn_open(&c);
+	off = 0;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, size, hd, hl, tl, tl_len,
+				     0);
+	CHECK(mock.last_send.len == MOCK_LIMIT / 4 - hl - tl_len &&
+	      !mock.last_send.tail_len && !mock.last_send.tail &&
+	      mock.last_send.head_len == hl, "cut: len %llu tail %u",
+	      (unsigned long long)mock.last_send.len, mock.last_send.tail_len);
+	CHECK(n == (ssize_t)(hl + mock.last_send.len) &&
+	      off == (off_t)mock.last_send.len, "cut: %zd, offset %lld", n,
+	      (long long)off);
+	conn_close_hdtr(&c, hd, hl, 0, mock.last_send.len, "", 0, "cut");
+
+	/* the range ends at end of file: the trailer follows it */
+	conn_open(&c);
+	off = size - 10;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 1000, hd, hl, tl, tl_len,
+				     0);
+	CHECK(n == (ssize_t)(hl + 10 + tl_len) && off == (off_t)size,
+	      "to EOF: %zd", n);
+	CHECK(mock.last_send.len == 10 && mock.last_send.tail_len == tl_len,
+	      "to EOF: request");
+	conn_close_hdtr(&c, hd, hl, size - 10, 10, tl, tl_len, "to EOF");
+
+	/* at end of file: header and trailer only, no ENODATA */
+	conn_open(&c);
+	off = size + 5;
+	mock.send_calls = 0;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 1000, hd, hl, tl, tl_len,
+				     0);
+	CHECK(n == (ssize_t)(hl + tl_len) && off == (off_t)size + 5,
+	      "past EOF: %zd", n);
+	CHECK(mock.send_calls == 1 && !mock.last_send.len, "past EOF: len %llu",
+	      (unsigned long long)mock.last_send.len);
+	conn_close_hdtr(&c, hd, hl, 0, 0, tl, tl_len, "past EOF");
+	/* the file shrank under us: ENODATA, then header and trailer only */
+	conn_open(&c);
+	off = 0;
+	mock.send_calls = 0;
+	mock.send_err = ENODATA;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 1000, hd, hl, tl, tl_len,
+				     0);
+	CHECK(n == (ssize_t)(hl + tl_len) && !off && mock.send_calls == 2 &&
+	      !mock.last_send.len, "ENODATA: %zd after %d SENDs", n,
+	      mock.send_calls);
+	conn_close_hdtr(&c, hd, hl, 0, 0, tl, tl_len, "ENODATA");
+	/* count 0 */
+	conn_open(&c);
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 0, hd, hl, tl, tl_len, 0);
+	CHECK(n == (ssize_t)(hl + tl_len) && !off && !mock.last_send.len,
+	      "count 0: %zd", n);
+	conn_close_hdtr(&c, hd, hl, 0, 0, tl, tl_len, "count 0");
+
+	/* EMSGSIZE: the range halves and the trailer waits */
+	conn_open(&c);
+	off = 0;
+	mock.emsgsize_above = 10000;
+	mock.send_calls = 0;
+	n = stablesend_sendfile_hdtr(c.fd, fd, &off, 100000, hd, hl, tl,
+				     tl_len, 0);
+	CHECK(n > (ssize_t)hl && n <= 10000 && mock.send_calls > 1 &&
+	      !mock.last_send.tail_len && off == n - (ssize_t)hl,
+	      "EMSGSIZE: %zd after %d SENDs", n, mock.send_calls);
+	mock.emsgsize_above = ~0ULL;
+	conn_close_hdtr(&c, hd, hl, 0, off, "", 0, "EMSGSIZE");
+
+	/* non-blocking socket without room, then with a little */
+	{
+		static const char junk[4096];
+		int fds[2];
+
+		stream_pair(AF_UNIX, fds);
+		fcntl(fds[0], F_SETFL, O_NONBLOCK);
+		while (write(fds[0], junk, sizeof(junk)) > 0)
+			;
+		while (write(fds[0], junk, 1) > 0)
+			;
+		off = 0;
+		CHECK_ERRNO(stablesend_sendfile_hdtr(fds[0], fd, &off, 100, hd,
+						     hl, tl, tl_len, 0), EAGAIN);
+		CHECK(!off, "offset moved on EAGAIN");
+		close(fds[0]);
+		close(fds[1]);
+	}
+
+	/* other errors pass through */
+	conn_open(&c);
+	mock.send_err = EPIPE;
+	off = 0;
+	CHECK_ERRNO(stablesend_sendfile_hdtr(c.fd, fd, &off, 100, hd, hl, NULL,
+					     0, 0), EPIPE);
+	CHECK(!off, "offset after EPIPE");
+	conn_close_hdtr(&c, "", 0, 0, 0, "", 0, "EPIPE");
+
+	/* not a socket: the copy path, without asking the module */
+	out = tmpfile_fd(0, 0);
+	off = 1;
+	mock.send_calls = 0;
+	n = stablesend_sendfile_hdtr(out, fd, &off, 5000, hd, hl, tl, tl_len,
+				     0);
+	CHECK(n == (ssize_t)(hl + 5000 + tl_len) && off == 5001 &&
+	      !mock.send_calls, "file out: %zd, %d SENDs", n, mock.send_calls);
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_COPY, "copied");
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(stablesend_sendfile_hdtr(out, fd, &off, 5000, hd, hl, tl,
+					     tl_len, 0), ENOTSOCK);
+	unsetenv(STABLESEND_ENV_REQUIRE_MODULE);
+	close(out);
+	close(fd);
+}
+
 /* Device init variants, each in a fresh child (the device is per process). */
 static int child(void (*fn)(void))
 {
@@ -562,6 +772,33 @@ static void no_send_feature(void)
 	CHECK(mock.setup_calls == 1, "decided once");
 }
 
+/* A module without STABLESEND_FEAT_HDTR: header and trailer are copied. */
+static void no_hdtr_feature(void)
+{
+	int fd = tmpfile_fd(100, 3), fds[2];
+	char buf[110];
+	off_t off = 0;
+
+	mock.features &= ~STABLESEND_FEAT_HDTR;
+	mock.send_calls = 0;
+	stream_pair(AF_UNIX, fds);
+	CHECK(stablesend_sendfile_hdtr(fds[0], fd, &off, 100, "head!", 5,
+				       "tail!", 5, 0) == 110, "falls back");
+	CHECK(read(fds[1], buf, sizeof(buf)) == 110 &&
+	      !memcmp(buf, "head!", 5) && buf[5] == (char)pat(0, 3) &&
+	      !memcmp(buf + 105, "tail!", 5), "received");
+	CHECK(stablesend_sendfile_path() == STABLESEND_PATH_COPY, "copy");
+	CHECK(!mock.send_calls, "no SEND");
+	CHECK(small_send() == 100 && mock.send_calls == 1,
+	      "plain sends still use the module");
+	setenv(STABLESEND_ENV_REQUIRE_MODULE, "1", 1);
+	CHECK_ERRNO(stablesend_sendfile_hdtr(fds[0], fd, &off, 100, "head!", 5,
+					     NULL, 0, 0), EOPNOTSUPP);
+	close(fds[0]);
+	close(fds[1]);
+	close(fd);
+}
+
 static void setup_enotty(void)
 {
 	mock.setup_err = ENOTTY;
@@ -604,12 +841,14 @@ int main(void)
 {
 	mock_init();
 	CHECK(child(no_send_feature) == 0, "no_send_feature");
+	CHECK(child(no_hdtr_feature) == 0, "no_hdtr_feature");
 	CHECK(child(setup_enotty) == 0, "setup_enotty");
 	CHECK(child(setup_transient) == 0, "setup_transient");
 	CHECK(child(setup_transient_required) == 0, "setup_transient_required");
 	test_context();
 	test_reap_eintr();
 	test_sendfile();
+	test_hdtr();
 	CHECK(child(after_fork) == 0, "after_fork");
 	return t_result();
 }
