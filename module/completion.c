@@ -16,15 +16,13 @@
  * every tick).
  * Requests parked on a full socket with nothing sent cost nothing.  A
  * submitter that starts waiting for memory has every group looked at on
- * the next tick.  When pages someone wants do not come back the reaper
- * kicks receive processing on the housekeeping CPUs (see rxkick.c), per
- * user soon and then at doubling gaps up to a second
- * (ss_user_kick_due()).  Someone wants them when a request asked for
- * RELEASED, the open was closed (everything must come back), a submitter
- * of its user waits for memory or looked at its counters within the last
- * second, or one of the open found no room (EAGAIN, or poll() without
- * EPOLLOUT) and there is none yet; and, once a second, while someone reads
- * the module's memory counters.  Pages nobody wants are not kicked for.
+ * the next tick.  When pages do not come back the reaper kicks receive
+ * processing on the housekeeping CPUs (see rxkick.c): soon and then at
+ * doubling gaps for a group someone waits on (memory, RELEASED); else at
+ * most once a second while some group has not moved for about a second.
+ * Those pages are wanted too, by whoever cannot be seen waiting: a
+ * non-blocking submitter polling for EPOLLOUT after EAGAIN, or a closed
+ * open's user under its bound.
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
@@ -66,6 +64,7 @@ static DEFINE_HASHTABLE(ss_groups, 8);
 /* Groups by level, when each level is due next; all under the lock. */
 static struct list_head ss_watch[SS_LEVELS];
 static unsigned long ss_due[SS_LEVELS];
+static unsigned int ss_released_nr;	/* watched requests that asked for RELEASED */
 static DEFINE_SPINLOCK(ss_inflight_lock);
 /* Someone began to wait for memory: look at everything on the next pass. */
 static bool ss_wanted;
@@ -74,8 +73,6 @@ static unsigned long ss_wanted_at;
 static atomic_t ss_waiters;
 /* When a non-blocking submitter last got EAGAIN: it waits too, in poll(). */
 static unsigned long ss_eagain_at;
-/* Until when someone looks at the module's memory counters (sysfs). */
-static unsigned long ss_look_until;
 static void ss_reaper_fn(struct work_struct *work);
 static DECLARE_DELAYED_WORK(ss_reaper, ss_reaper_fn);
 
@@ -129,8 +126,10 @@ static void ss_group_del(struct ss_req *req)
 		return;
 	list_del_init(&req->inflight);
 	req->group = NULL;
-	if (req->cqe_released)
+	if (req->cqe_released) {
 		g->released--;
+		ss_released_nr--;
+	}
 }
 
 /*
@@ -252,8 +251,10 @@ static void ss_group_watch(struct ss_group *g)
 static void ss_group_add(struct ss_req *req, struct ss_group *g)
 {
 	req->group = g;
-	if (req->cqe_released)
+	if (req->cqe_released) {
 		g->released++;
+		ss_released_nr++;
+	}
 	list_add_tail(&req->inflight, &g->reqs);
 	if (list_empty(&g->node))
 		ss_group_watch(g);
@@ -309,19 +310,6 @@ void ss_reaper_eagain(void)
 		WRITE_ONCE(ss_eagain_at, now);
 		ss_reaper_soon();
 	}
-}
-
-/**
- * ss_reaper_look - someone reads the module's memory counters
- *
- * For a second, groups stalled for a second are kicked for, once a second.
- */
-void ss_reaper_look(void)
-{
-	unsigned long until = jiffies + HZ;
-
-	if (READ_ONCE(ss_look_until) != until)
-		WRITE_ONCE(ss_look_until, until);
 }
 
 /**
@@ -386,6 +374,8 @@ void ss_req_finish(struct ss_req *req, s64 res)
 		ss_reaper_soon();
 }
 
+/* Ticks without progress before the first kick for a waiter; doubles to HZ. */
+#define SS_KICK_FIRST	2
 /* Looks one pass takes at most (under the lock); the rest wait a tick. */
 #define SS_PASS_BUDGET	4096
 /* Requests a pass looks at past a group's first busy one when someone waits. */
@@ -396,36 +386,12 @@ struct ss_pass {
 	struct list_head idle;			/* requests to release */
 	struct list_head dead;			/* groups to free */
 	unsigned long now;
+	unsigned long stall;	/* longest wait of a group someone waits on */
 	int budget;
 	bool waiters;
 	bool wanted;
 	bool moved;
-	bool look;	/* someone read the module's memory counters */
-	bool kick;	/* pages someone wants have stopped moving */
 };
-
-/*
- * Pages of @g stopped moving, @busy the oldest request with some out: kick
- * if its user is due (ss_user_kick_due()), or, while someone reads the
- * module's memory counters, once a second for a group stalled that long.
- */
-static void ss_reap_kick(struct ss_group *g, struct ss_req *busy,
-			 struct ss_pass *p)
-{
-	static unsigned long look_kick;
-	unsigned long stalled = p->now - g->moved_at;
-
-	/* Kicks off (rx_kick=0): no user's schedule moves on. */
-	if (!ss_rx_kick_enabled())
-		return;
-	if (ss_user_kick_due(busy->ctx, g->released, stalled, p->now)) {
-		p->kick = true;
-	} else if (p->look && stalled >= HZ &&
-		   time_after_eq(p->now, look_kick + HZ)) {
-		look_kick = p->now;
-		p->kick = true;
-	}
-}
 
 /*
  * Look at the groups of level @l: from each one's oldest request on, give
@@ -442,13 +408,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
 		bool waited = p->waiters || g->released, moved = false;
 		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
-		struct ss_req *busy = NULL, *first;
 
 		if (p->budget <= 0)
 			return false;
-		/* Stays valid under the lock, even once on p->idle. */
-		first = list_first_entry_or_null(&g->reqs, struct ss_req,
-						 inflight);
 		list_for_each_entry_safe(req, tmp, &g->reqs, inflight) {
 			unsigned int freed = req->nr_freed;
 
@@ -459,12 +421,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 				continue;
 			}
 			moved |= req->nr_freed != freed;
-			busy = busy ?: req;
 			if (!past--)
 				break;
 		}
-		if (moved && first)
-			ss_user_moved(first->ctx, p->now);
 		if (list_empty(&g->reqs)) {
 			p->moved = true;
 			ss_group_check(g, &p->dead);
@@ -473,8 +432,8 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 		if (moved) {
 			p->moved = true;
 			g->moved_at = p->now;
-		} else if (busy) {
-			ss_reap_kick(g, busy, p);
+		} else if (waited) {
+			p->stall = max(p->stall, p->now - g->moved_at);
 		}
 		/* Someone waits for memory: every tick, as memory is wanted now. */
 		top = p->waiters ? 0 : g->released ? SS_LEVEL_RELEASED :
@@ -487,6 +446,8 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 
 static void ss_reaper_fn(struct work_struct *work)
 {
+	/* The work item never runs concurrently with itself: no lock. */
+	static unsigned long last_kick, gap = SS_KICK_FIRST;
 	unsigned long delay = MAX_JIFFY_OFFSET;
 	/* The level a pass starts at: the one the last ran out of budget in. */
 	static unsigned int first;
@@ -496,10 +457,10 @@ static void ss_reaper_fn(struct work_struct *work)
 		.waiters = atomic_read(&ss_waiters) ||
 			   time_before(jiffies, READ_ONCE(ss_eagain_at) + HZ),
 		.wanted = xchg(&ss_wanted, false),
-		.look = time_before(jiffies, READ_ONCE(ss_look_until)),
 	};
 	struct ss_req *req, *tmp;
 	unsigned int i, l;
+	bool stale, want;
 
 	INIT_LIST_HEAD(&p.idle);
 	INIT_LIST_HEAD(&p.dead);
@@ -524,10 +485,27 @@ static void ss_reaper_fn(struct work_struct *work)
 			delay = min(delay, time_after(ss_due[l], p.now) ?
 				    ss_due[l] - p.now : 1UL);
 	}
+	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
+	want = p.waiters || ss_released_nr;
 	spin_unlock(&ss_inflight_lock);
 	atomic64_add(SS_PASS_BUDGET - p.budget, &stablesend_stats[SS_REAP_CHECKS]);
-	if (p.kick)
+
+	/*
+	 * Someone waits (memory, RELEASED) on a group where nothing moved:
+	 * kick after SS_KICK_FIRST ticks, then at doubling gaps up to a
+	 * second.  Else, while pages have not moved for about a second, once
+	 * a second.
+	 */
+	if (!want)
+		gap = SS_KICK_FIRST;
+	if (want && p.stall >= gap && time_after_eq(p.now, last_kick + gap)) {
+		last_kick = p.now;
+		gap = min_t(unsigned long, 2 * gap, HZ);
 		ss_rx_kick();
+	} else if (stale && time_after_eq(p.now, last_kick + HZ)) {
+		last_kick = p.now;
+		ss_rx_kick();
+	}
 
 	ss_group_free(&p.dead);
 	list_for_each_entry_safe(req, tmp, &p.idle, inflight) {
@@ -547,7 +525,6 @@ void ss_reaper_init(void)
 		ss_due[l] = jiffies;
 	}
 	ss_eagain_at = jiffies - HZ;
-	ss_look_until = jiffies;
 	ss_wanted_at = jiffies - 1;
 }
 

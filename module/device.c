@@ -160,7 +160,6 @@ static long ss_ioctl_counters(struct ss_ctx *ctx, void __user *arg)
 {
 	struct stablesend_counters c;
 
-	ss_user_want(ctx);
 	ss_counters(ctx, &c);
 	return copy_to_user(arg, &c, sizeof(c)) ? -EFAULT : 0;
 }
@@ -273,8 +272,6 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 		mask |= EPOLLIN | EPOLLRDNORM;
 	if (ss_room(ctx))
 		mask |= EPOLLOUT | EPOLLWRNORM;
-	else
-		ss_user_want_room(ctx);
 	return mask;
 }
 
@@ -286,10 +283,7 @@ static void ss_show_fdinfo(struct seq_file *m, struct file *file)
 {
 	struct ss_ctx *ctx = file->private_data;
 	struct stablesend_counters c;
-	u64 pooled;
-
-	ss_user_want(ctx);
-	pooled = ss_counters(ctx, &c);
+	u64 pooled = ss_counters(ctx, &c);
 
 	seq_printf(m, "stablesend-submitted:\t%llu\n", c.submitted);
 	seq_printf(m, "stablesend-completed:\t%llu\n", c.completed);
@@ -336,20 +330,7 @@ static struct attribute *ss_stat_attrs[SS_NR_STATS + 1];
 static ssize_t ss_stat_show(struct device *dev, struct device_attribute *attr,
 			    char *buf)
 {
-	enum ss_stat i = attr - ss_stat_dattrs;
-	long long v = atomic64_read(&stablesend_stats[i]);
-
-	/* Whoever reads what is held may be waiting for it to come back. */
-	switch (i) {
-	case SS_REQUESTS_IN_FLIGHT:
-	case SS_BYTES_IN_FLIGHT:
-	case SS_POOL_BYTES:
-	case SS_CONTEXTS:
-		ss_reaper_look();
-		break;
-	default:
-		break;
-	}
+	long long v = atomic64_read(&stablesend_stats[attr - ss_stat_dattrs]);
 
 	return sysfs_emit(buf, "%lld\n", v);
 }

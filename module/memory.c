@@ -39,13 +39,6 @@ struct ss_user {
 	atomic_t returns;		/* bumped whenever pages come back */
 	atomic_t waiting;		/* submitters waiting for @held to fall */
 	wait_queue_head_t wait;		/* them, and poll() */
-	/* Who wants its pages back now (see ss_user_kick_due()). */
-	atomic_t wanting;		/* its submitters waiting for memory */
-	unsigned long want_until;	/* jiffies: EAGAIN, or a look at counters */
-	/* Kicks on its behalf: the reaper's alone. */
-	unsigned long kick_at;
-	unsigned long kick_gap;
-	unsigned long kicks;
 };
 
 /*
@@ -177,83 +170,6 @@ static int ss_sender_back(struct ss_sender *sender, int err)
 	return sender ? ss_sender_enter(sender) : 0;
 }
 
-/* A submitter of @ctx starts (@delta 1) or stops (-1) waiting for memory. */
-static void ss_user_wait(struct ss_ctx *ctx, int delta)
-{
-	atomic_add(delta, &ctx->user->wanting);
-	ss_reaper_wait(delta);
-}
-
-/**
- * ss_user_want - someone looks at the open's counters
- * @ctx:	the open
- *
- * For a second its user counts as waiting for memory.
- */
-void ss_user_want(struct ss_ctx *ctx)
-{
-	unsigned long until = jiffies + HZ;
-
-	if (READ_ONCE(ctx->user->want_until) != until)
-		WRITE_ONCE(ctx->user->want_until, until);
-}
-
-/**
- * ss_user_want_room - a submitter found no room in @ctx (EAGAIN, or poll()
- * without EPOLLOUT): it waits, unseen, until ss_room() says there is
- * @ctx:	the open
- */
-void ss_user_want_room(struct ss_ctx *ctx)
-{
-	if (!READ_ONCE(ctx->want_room))
-		WRITE_ONCE(ctx->want_room, true);
-}
-
-/**
- * ss_user_kick_due - may the reaper kick receive processing for @ctx's pages
- * @ctx:	the open of a request whose pages have not come back
- * @wanted:	someone asked for them (RELEASED)
- * @stalled:	jiffies since its group last moved
- * @now:	the reaper pass's jiffies
- *
- * Only when someone wants them (RELEASED; a submitter of the user waiting
- * for memory, or of the open polling for room, or a look at the user's
- * counters within a second; the open closed: all it held must come back),
- * SS_KICK_FIRST ticks after they stopped moving and then at doubling gaps
- * up to a second, per user; the gap starts over only once the user had no
- * kick for a second, so no user has more than about eight a second.  A due
- * user's schedule moves on whether or not this pass kicks for someone else:
- * one kick serves everyone.  Called by the reaper under ss_inflight_lock,
- * which keeps @ctx and its user alive.
- */
-bool ss_user_kick_due(struct ss_ctx *ctx, bool wanted, unsigned long stalled,
-		      unsigned long now)
-{
-	struct ss_user *u = ctx->user;
-
-	if (READ_ONCE(ctx->want_room) && ss_room(ctx))
-		WRITE_ONCE(ctx->want_room, false);
-	wanted = wanted || READ_ONCE(ctx->closed) ||
-		 READ_ONCE(ctx->want_room) || atomic_read(&u->wanting) ||
-		 time_before(now, READ_ONCE(u->want_until));
-	if (!wanted || stalled < u->kick_gap ||
-	    time_before(now, u->kick_at + u->kick_gap))
-		return false;
-	u->kick_at = now;
-	u->kick_gap = min_t(unsigned long, 2 * u->kick_gap, HZ);
-	WRITE_ONCE(u->kicks, u->kicks + 1);
-	return true;
-}
-
-/* @ctx's pages moved: after a second without kicks, the next comes soon. */
-void ss_user_moved(struct ss_ctx *ctx, unsigned long now)
-{
-	struct ss_user *u = ctx->user;
-
-	if (time_after_eq(now, u->kick_at + HZ))
-		u->kick_gap = SS_KICK_FIRST;
-}
-
 /**
  * ss_user_reserve - charge a request's memory to the open's user
  * @ctx:	the open
@@ -291,7 +207,6 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    ss_user_try_charge(u, need, limit))
 			return 0;
 		if (nonblock) {
-			ss_user_want_room(ctx);
 			ss_reaper_eagain();
 			return -EAGAIN;
 		}
@@ -300,10 +215,10 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 			return err;
 		/* Pages that come back are freed, not pooled, while we wait. */
 		atomic_inc(&u->waiting);
-		ss_user_wait(ctx, 1);
+		ss_reaper_wait(1);
 		err = wait_event_interruptible(u->wait,
 					       atomic_read(&u->returns) != seen);
-		ss_user_wait(ctx, -1);
+		ss_reaper_wait(-1);
 		atomic_dec(&u->waiting);
 		err = ss_sender_back(sender, err);
 		if (err)
@@ -364,10 +279,10 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		err = ss_sender_pause(sender);
 		if (err)
 			return err;
-		ss_user_wait(ctx, 1);
+		ss_reaper_wait(1);
 		err = wait_event_interruptible(ctx->mem_wait,
 					       ss_mem_fits(ctx, need));
-		ss_user_wait(ctx, -1);
+		ss_reaper_wait(-1);
 		err = ss_sender_back(sender, err);
 		if (err)
 			return err;	/* nothing queued: restartable */
@@ -556,9 +471,6 @@ int ss_user_attach(struct ss_ctx *ctx)
 		if (!fresh)
 			return -ENOMEM;
 		fresh->uid = uid;
-		fresh->want_until = jiffies;
-		fresh->kick_at = jiffies - HZ;
-		fresh->kick_gap = SS_KICK_FIRST;
 		spin_lock_init(&fresh->lock);
 		INIT_LIST_HEAD(&fresh->idle);
 		init_waitqueue_head(&fresh->wait);
@@ -608,7 +520,6 @@ void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx)
 	else
 		seq_printf(m, "stablesend-user-limit:\t%lu\n",
 			   READ_ONCE(stablesend_user_limit));
-	seq_printf(m, "stablesend-user-rx-kicks:\t%lu\n", READ_ONCE(u->kicks));
 }
 
 static unsigned long ss_shrink_count(struct shrinker *s,

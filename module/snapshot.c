@@ -234,7 +234,6 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	if (!err) {
 		req->charged = need;
 	} else if (nonblock) {
-		ss_user_want_room(ctx);
 		ss_reaper_eagain();
 		goto fail;
 	} else {

@@ -36,9 +36,6 @@
  */
 #define SS_GFP		(GFP_KERNEL_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN)
 
-/* Ticks without progress before the first defer-list kick; doubles to HZ. */
-#define SS_KICK_FIRST		2
-
 /* Unread completion records one open may accumulate before submit refuses. */
 #define SS_CQ_MAX		65536
 
@@ -88,7 +85,6 @@ struct ss_ctx {
 	struct ss_user *user;		/* who opened it (memory.c) */
 	struct list_head idle_node;	/* on user->idle while @pool has pages */
 	bool unbounded;			/* opener had CAP_SYS_RESOURCE */
-	bool want_room;		/* EAGAIN or poll found no room: kick until there is */
 	struct work_struct free_work;	/* the last reference is gone */
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
@@ -196,11 +192,6 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
 struct seq_file;
 void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx);
-void ss_user_want(struct ss_ctx *ctx);
-void ss_user_want_room(struct ss_ctx *ctx);
-bool ss_user_kick_due(struct ss_ctx *ctx, bool wanted, unsigned long stalled,
-		      unsigned long now);
-void ss_user_moved(struct ss_ctx *ctx, unsigned long now);
 
 /* transmit.c */
 int ss_sock_check(struct socket *sock, bool *copies);
@@ -224,7 +215,6 @@ void ss_reaper_stop(void);
 void ss_reaper_init(void);
 void ss_reaper_wait(int delta);
 void ss_reaper_eagain(void);
-void ss_reaper_look(void);
 struct sock;
 struct ss_group *ss_group_get(struct sock *sk);
 void ss_group_sock_gone(struct ss_group *g);
@@ -232,7 +222,6 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);
-bool ss_rx_kick_enabled(void);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

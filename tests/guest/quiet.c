@@ -12,8 +12,7 @@
  * on CPU 0 and the receiver on CPU 1.  Nothing in this test pokes the
  * network.  A negative control first turns the kicks off (module
  * parameter rx_kick=0): the last request's pages then stay out, and come
- * back once the kicks are on again.  Pages nobody wants are not kicked
- * for, until someone looks at the open's counters.
+ * back once the kicks are on again.
  * test-timeout: 90
  */
 #include "common.h"
@@ -55,10 +54,10 @@ static const unsigned char *file_bytes;
 static int rx_sock;
 static volatile int rx_bad;
 
-/* What the six phases below send, in order: [offset, length). */
+/* What the five phases below send, in order: [offset, length). */
 static const size_t segs[][2] = {
 	{ 0, LIMIT }, { 0, LIMIT }, { LIMIT, LIMIT }, { REQ_LEN, LIMIT },
-	{ 0, LIMIT }, { 2 * REQ_LEN, REQ_LEN },
+	{ 0, LIMIT },
 };
 
 /* The receiver, on CPU 1: reads and checks everything, as it arrives. */
@@ -205,45 +204,9 @@ int main(void)
 	}
 	CHECK(ss_reap_intr(dev, cqe, 1, 10000) == 1 && cqe[0].res == LIMIT,
 	      "non-blocking submitter's SENT");
-
-	/*
-	 * Nobody wants a request's pages (no RELEASED, the fd open, nobody
-	 * waiting or looking): no kicks for them.  Once the open's counters
-	 * are read they are wanted, and come back.
-	 */
-	REQUIRE(fcntl(dev, F_SETFL, 0) == 0, "blocking again");
-	one = ss_req(file, c, 2 * REQ_LEN, REQ_LEN, 102);
-	REQUIRE(ss_submit(dev, &one, 1) == 1, "SUBMIT of an unwanted request");
-	CHECK(ss_reap_intr(dev, cqe, 1, 10000) == 1 && cqe[0].res == REQ_LEN,
-	      "unwanted request's SENT");
 	REQUIRE(pthread_join(rt, NULL) == 0, "pthread_join");
 	CHECK(!rx_bad, "received bytes differ from the file");
 	printf("rx_kicks: %lld\n", ss_stat("rx_kicks") - kicks);
-	/* Everything read: the last pages wait on CPU 0's defer list. */
-	kicks = ss_stat("rx_kicks");
-	usleep(3000 * 1000);
-	kicks = ss_stat("rx_kicks") - kicks;
-	CHECK(kicks == 0, "%lld kicks in 3 s for pages nobody wants", kicks);
-	{
-		struct stablesend_counters sc;
-
-		ss_counters(dev, &sc);
-		if (!sc.mem_in_use) {
-			printf("unwanted pages: back by themselves (nothing to look for)\n");
-		} else {
-			kicks = ss_stat("rx_kicks");
-			t = now_s();
-			while (sc.mem_in_use && now_s() < t + 10) {
-				usleep(20 * 1000);
-				ss_counters(dev, &sc);
-			}
-			CHECK(!sc.mem_in_use,
-			      "%llu bytes still out 10 s after the counters were read",
-			      (unsigned long long)sc.mem_in_use);
-			printf("unwanted pages: no kicks in 3 s; back %.3f s after a look at the counters (%lld kicks)\n",
-			       now_s() - t, ss_stat("rx_kicks") - kicks);
-		}
-	}
 
 	/* Nobody waits for the last SEND's pages: they come back all the same. */
 	CHECK(ss_drained(10), "pages still in flight after 10 s");
