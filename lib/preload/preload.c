@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,6 +57,12 @@ static struct {
 	size_t min;
 	const char *log;	/* NULL, "" for stderr, or a path */
 } cfg;
+
+/*
+ * The log file's path, copied: servers such as nginx write their process
+ * title over the environment strings getenv() points into.
+ */
+static char log_path[PATH_MAX];
 
 static sendfile_fn next_sendfile, next_sendfile64;
 static pid_t logged_pid;	/* the process that printed the line */
@@ -137,10 +144,10 @@ static void preload_init(void)
 	cfg.min = env_size(ENV_MIN);
 	if (log && !strcmp(log, "1"))
 		cfg.log = "";
-	else if (log && log[0] == '/')
-		cfg.log = log;
+	else if (log && log[0] == '/' && strlen(log) < sizeof(log_path))
+		cfg.log = strcpy(log_path, log);
 	else if (log && *log && strcmp(log, "0"))
-		say(NULL, PFX ": ignoring %s=%s: not 0, 1 or an absolute path",
+		say(NULL, PFX ": ignoring %s=%s: not 0, 1 or an absolute path (shorter than PATH_MAX)",
 		    ENV_LOG, log);
 	errno = err;
 }

@@ -472,6 +472,15 @@ static void child_log(void)
 	pid_t pid;
 	int st, i;
 
+	char **e;
+
+	/*
+	 * As nginx does for its process title: the strings getenv() pointed
+	 * into are overwritten after start-up; the log still goes where
+	 * STABLESEND_PRELOAD_LOG said.
+	 */
+	for (e = environ; *e; e++)
+		memset(*e, 0, strlen(*e));
 	printf("pid %d\n", (int)getpid());
 	CHECK(seed_run(0, call_sendfile) >= 0, "pipe");	/* passes through */
 	CHECK(seed_run(AF_UNIX, call_sendfile) == 0 || want, "unstable");
