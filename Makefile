@@ -19,7 +19,7 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps bench fuzz
+	style sparse clean help deps bench fuzz integration
 
 all: module lib
 
@@ -32,6 +32,7 @@ help:
 	@echo "make style|sparse  checkpatch --strict / sparse over module/ and uapi/"
 	@echo "make bench         every way to send a file, side by side, on the three kernels (BENCH_ARGS='--quick -k 6.12')"
 	@echo "make fuzz          fuzz.c and trinity, FUZZ_SCALE=10 times the make check budget, every kernel (FUZZ_ARGS='-k 6.12')"
+	@echo "make integration   nginx, lighttpd, apache2, smbd of Debian 12 with and without libstablesend-preload.so, three kernels (INTEGRATION_ARGS='-k 6.12 -s nginx')"
 	@echo "tests/vm --help    run anything in a guest"
 
 module:
@@ -55,6 +56,12 @@ demo:
 bench:
 	@tests/harness/deps host
 	@tests/bench/run $(BENCH_ARGS)
+
+# Debian 12's servers and clients in a guest, over the preload.
+integration:
+	@tests/harness/deps host
+	$(MAKE) -C lib libstablesend-preload.so
+	@tests/integration/run $(INTEGRATION_ARGS)
 
 # The in-guest fuzzers with FUZZ_SCALE times their make check budget (and
 # timeout): copies of fuzz.c and trinity.sh with the scale written in.

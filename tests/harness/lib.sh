@@ -33,6 +33,8 @@ SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 # differs per kernel (7.3 has no ghash-generic), so each is optional.
 # virtio_pci/virtio_net drive the guest's two NICs (modules on 6.1).
 SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
+# More QEMU arguments for the next boot (tests/integration: its root image).
+SS_QEMU_EXTRA=()
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 SS_HOST_PKGS="qemu-system-x86 dkms busybox-static debootstrap cpio kmod gcc
 	libc6-dev make xz-utils zstd gzip debian-archive-keyring util-linux iproute2 gcc-multilib
@@ -585,7 +587,7 @@ ss_boot_once() {
 	ss_nics
 	"${SS_NIC_WRAP[@]}" qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
 		-accel "$accel" -cpu "$cpu" -smp "$smp" -m "${STABLESEND_VM_MEM:-1024}" \
-		-kernel "$kernel" -initrd "$initrd" "${SS_NIC_ARGS[@]}" \
+		-kernel "$kernel" -initrd "$initrd" "${SS_NIC_ARGS[@]}" "${SS_QEMU_EXTRA[@]}" \
 		-append "console=ttyS0 panic_on_warn=1 oops=panic panic=-1 printk.devkmsg=on ss_nic=$SS_NIC $SS_BOOT_QUIRKS$debug" \
 		-serial "file:$w/console.log" -serial "file:$w/results.log" \
 		-serial "file:$w/output.log" </dev/null >"$w/qemu.log" 2>&1 &
