@@ -65,6 +65,7 @@ static void __exit ss_exit(void)
 
 module_init(ss_init);
 module_exit(ss_exit);
+MODULE_VERSION(STABLESEND_VERSION);
 MODULE_LICENSE("GPL");
 MODULE_AUTHOR("stablesend developers");
 MODULE_DESCRIPTION("Stable single-copy file-to-socket transmission");
