@@ -83,6 +83,10 @@ fuzz:
 install: lib
 	$(MAKE) -C lib install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
 
+.PHONY: uninstall
+uninstall:
+	$(MAKE) -C lib uninstall PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
+
 # The module source DKMS builds from: dkms.conf, module/ and uapi/.
 dkms-install:
 	rm -rf /usr/src/stablesend-$(VERSION)

@@ -25,6 +25,11 @@
  * Functions that return int report errors as -errno (errno is left
  * alone); stablesend_sendfile() and stablesend_open() follow their libc
  * counterparts and set errno.
+ *
+ * ABI (lib/README.md): those three structures are frozen at their sizes,
+ * checked below; new members take reserved space.  Compile with
+ * `pkg-config --cflags libstablesend`: <linux/stablesend.h> is installed
+ * under the library's own include folder.
  */
 #ifndef STABLESEND_H
 #define STABLESEND_H
@@ -42,6 +47,37 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The version of this header: PACKAGE_VERSION in dkms.conf (the library
+ * does not build when they differ).  STABLESEND_CHECK_VERSION(major, minor)
+ * is true when this header is at least major.minor; at run time,
+ * stablesend_check_version() asks the same of the library that runs.
+ */
+#define STABLESEND_VERSION_MAJOR	0
+#define STABLESEND_VERSION_MINOR	1
+#define STABLESEND_VERSION_PATCH	0
+#define STABLESEND_CHECK_VERSION(major, minor) \
+	(STABLESEND_VERSION_MAJOR > (major) || \
+	 (STABLESEND_VERSION_MAJOR == (major) && \
+	  STABLESEND_VERSION_MINOR >= (minor)))
+
+/*
+ * Frozen sizes: the library passes arrays of these to the kernel and
+ * copies these sizes into the caller's memory, so a program built against
+ * an older header must keep working with a newer library.  A change to
+ * <linux/stablesend.h> that resizes one fails here, in the library's build
+ * and in every program's.
+ */
+#define STABLESEND_REQ_SIZE		64
+#define STABLESEND_CQE_SIZE		24
+#define STABLESEND_COUNTERS_SIZE	128
+typedef char stablesend_req_size_is_frozen
+	[sizeof(struct stablesend_req) == STABLESEND_REQ_SIZE ? 1 : -1];
+typedef char stablesend_cqe_size_is_frozen
+	[sizeof(struct stablesend_cqe) == STABLESEND_CQE_SIZE ? 1 : -1];
+typedef char stablesend_counters_size_is_frozen
+	[sizeof(struct stablesend_counters) == STABLESEND_COUNTERS_SIZE ? 1 : -1];
 
 /* stablesend_open() flags. */
 #define STABLESEND_OPEN_NONBLOCK	(1U << 0) /* EAGAIN instead of waiting */
@@ -83,6 +119,7 @@ unsigned int stablesend_abi_version(struct stablesend *ss);
 const char *stablesend_feature_name(__u64 feature);
 
 const char *stablesend_version(void);
+int stablesend_check_version(int major, int minor);
 
 /*
  * Fill in a request: the whole structure is cleared first, so reserved

@@ -4,10 +4,26 @@
 #ifndef SS_VERSION
 #error "SS_VERSION must come from the Makefile (PACKAGE_VERSION in dkms.conf)"
 #endif
+#if !defined(SS_VERSION_MAJOR) || !defined(SS_VERSION_MINOR) || \
+	!defined(SS_VERSION_PATCH)
+#error "SS_VERSION_MAJOR/MINOR/PATCH must come from the Makefile"
+#endif
+#if SS_VERSION_MAJOR != STABLESEND_VERSION_MAJOR || \
+	SS_VERSION_MINOR != STABLESEND_VERSION_MINOR || \
+	SS_VERSION_PATCH != STABLESEND_VERSION_PATCH
+#error "STABLESEND_VERSION_* in stablesend.h differ from PACKAGE_VERSION in dkms.conf"
+#endif
 
 const char *stablesend_version(void)
 {
 	return SS_VERSION;
+}
+
+int stablesend_check_version(int major, int minor)
+{
+	return STABLESEND_VERSION_MAJOR > major ||
+	       (STABLESEND_VERSION_MAJOR == major &&
+		STABLESEND_VERSION_MINOR >= minor);
 }
 
 static const struct {
