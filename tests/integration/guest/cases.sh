@@ -88,6 +88,9 @@ start_server() {
 		in_srv "${env[@]}" lighttpd -D -f "$T/lighttpd.conf" 2>"$T/$name.err" &
 		;;
 	apache2)
+		# A pid file left by a killed server names a pid that may be
+		# taken again: apache2 would refuse to start.
+		rm -f "$T/apache2.pid"
 		apache_conf >"$T/apache2.conf"
 		in_srv "${env[@]}" apache2 -D FOREGROUND -f "$T/apache2.conf" 2>"$T/$name.err" &
 		;;
@@ -366,6 +369,70 @@ case_stalled() {
 	awk -v t="${t#* }" 'BEGIN { exit !(t < 1.0) }' || fail "the second client waited ${t#* } s"
 }
 
+# --- throughput (tests/integration/run --bench) -------------------------------
+# Bodies of each size, requested over and over: requests/s of the server
+# without and with the preload, rounds interleaved (plain first in odd
+# rounds, preload first in even ones), every size per server start.
+BENCH_SIZES="4096 65536 1048576"
+BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+BENCH_SECONDS=${BENCH_SECONDS:-2}
+
+# One HTTP measurement with Debian's ab (keep-alive, 4 connections) for
+# BENCH_SECONDS: prints requests/s, or fails when a request failed.
+http_rate() { # FILE
+	local out c f r
+	out=$(in_cli ab -q -k -c 4 -t "$BENCH_SECONDS" -n 10000000 "http://$SRV/$1" 2>&1) ||
+		{ say "$out"; fail "ab failed"; }
+	c=$(awk '/^Complete requests:/ { print $3 }' <<<"$out")
+	f=$(awk '/^Failed requests:/ { print $3 }' <<<"$out")
+	r=$(awk '/^Requests per second:/ { print $4 }' <<<"$out")
+	((${c:-0} > 0 && ${f:-1} == 0)) || { say "$out"; fail "ab: $c complete, $f failed"; }
+	echo "$r"
+}
+
+# One SMB measurement: N gets of FILE in one smbclient session, less the
+# time of a session with one get; prints requests/s.
+smb_rate() { # FILE N
+	local cmds='' i t0 t1 t2
+	for ((i = 0; i < $2; i++)); do cmds+="get $1 /dev/null; "; done
+	t0=$(date +%s.%N)
+	in_cli smbclient "//$SRV/int" -N -c "get $1 /dev/null" >/dev/null 2>&1 || fail "smbclient get $1"
+	t1=$(date +%s.%N)
+	in_cli smbclient "//$SRV/int" -N -c "$cmds" >/dev/null 2>&1 || fail "smbclient $2 gets of $1"
+	t2=$(date +%s.%N)
+	awk -v n="$2" -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { d = (c - b) - (b - a); if (d <= 0) d = c - b; printf "%.1f\n", (n - 1) / d }'
+}
+
+case_bench() {
+	local server=$1 round mode size r b0 moved
+	for size in $BENCH_SIZES; do
+		head -c "$size" /dev/zero | tr '\0' A >"$DOCS/b$size"
+		chmod 644 "$DOCS/b$size"
+	done
+	for ((round = 1; round <= BENCH_ROUNDS; round++)); do
+		for mode in $( ((round % 2)) && echo plain preload || echo preload plain); do
+			start_server "$server" "$mode"
+			b0=$(stat_bytes)
+			for size in $BENCH_SIZES; do
+				if [[ $server == smbd ]]; then
+					r=$(smb_rate "b$size" $((size > 65536 ? 40 : 200)))
+				else
+					r=$(http_rate "b$size")
+				fi
+				say "bench,$(uname -r),$server,$size,$mode,$round,$r"
+			done
+			moved=$(($(stat_bytes) - b0))
+			stop_server
+			if [[ $mode == preload ]]; then
+				((moved > 0)) || fail "preload round $round: the module sent nothing"
+			else
+				((moved == 0)) || fail "plain round $round: the module sent $moved bytes"
+			fi
+		done
+	done
+	say "result: $server throughput measured, $BENCH_ROUNDS rounds of ${BENCH_SECONDS}s cells"
+}
+
 main() {
 	local name=$1
 	case $name in
@@ -374,6 +441,7 @@ main() {
 	*-preload) case_preload "${name%-preload}" ;;
 	*-nomodule) case_nomodule "${name%-nomodule}" ;;
 	nginx-stalled) case_stalled ;;
+	*-bench) case_bench "${name%-bench}" ;;
 	*) fail "unknown test $name" ;;
 	esac
 }
