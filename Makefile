@@ -19,7 +19,7 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps bench fuzz integration
+	style sparse clean help deps bench fuzz integration deb
 
 all: module lib
 
@@ -33,6 +33,7 @@ help:
 	@echo "make bench         every way to send a file, side by side, on the three kernels (BENCH_ARGS='--quick -k 6.12')"
 	@echo "make fuzz          fuzz.c and trinity, FUZZ_SCALE=10 times the make check budget, every kernel (FUZZ_ARGS='-k 6.12')"
 	@echo "make integration   nginx, lighttpd, apache2, smbd of Debian 12 with and without libstablesend-preload.so, three kernels (INTEGRATION_ARGS='-k 6.12 -s nginx')"
+	@echo "make deb           Debian packages (stablesend-dkms, libstablesend0, -dev, stablesend) + lintian, into DEB_DIR=$(DEB_DIR)"
 	@echo "tests/vm --help    run anything in a guest"
 
 module:
@@ -47,6 +48,7 @@ deps:
 
 check:
 	@tests/harness/deps host
+	@tests/harness/deps deb
 	@tests/check
 
 demo:
@@ -56,6 +58,12 @@ demo:
 bench:
 	@tests/harness/deps host
 	@tests/bench/run $(BENCH_ARGS)
+
+# Debian packages from a clean copy of the tree (lib/debian, lib/mkdeb).
+DEB_DIR ?= $(STABLESEND_CACHE)/deb
+deb:
+	@tests/harness/deps deb
+	@lib/mkdeb $(DEB_DIR)
 
 # Debian 12's servers and clients in a guest, over the preload.
 integration:
