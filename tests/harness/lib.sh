@@ -518,8 +518,7 @@ SS_DEBUG_SCALE=${STABLESEND_DEBUG_SCALE:-4}
 
 # ss_boot WORK VMLINUZ INITRD BOOT_TIMEOUT [stream]
 # Boots with console -> WORK/console.log, verdicts -> WORK/results.log,
-# output -> WORK/output.log (streamed to stdout with "stream"), each
-# verdict with the host's time (to within the 0.5 s poll) -> WORK/times.log.  A
+# output -> WORK/output.log (streamed to stdout with "stream").  A
 # watchdog kills a guest that does not advance: boot timeout first, then
 # "RUN name T" allows T + 60 s, any other verdict 120 s until the next.
 # SS_KILLED=1 when the watchdog had to kill the guest.
@@ -584,7 +583,7 @@ ss_boot_once() {
 		debug=" debug_pagealloc=on kmemleak=on printk.time=1 STABLESEND_DEBUG_KERNEL=1 STABLESEND_TIMEOUT_SCALE=$SS_DEBUG_SCALE"
 	fi
 	local f
-	for f in console results output times; do : >"$w/$f.log"; done
+	for f in console results output; do : >"$w/$f.log"; done
 	ss_nics
 	"${SS_NIC_WRAP[@]}" qemu-system-x86_64 -nographic -nodefaults -no-reboot -machine pc \
 		-accel "$accel" -cpu "$cpu" -smp "$smp" -m "${STABLESEND_VM_MEM:-1024}" \
@@ -603,7 +602,6 @@ ss_boot_once() {
 		mapfile -t lines < <(tr -d '\r' <"$w/results.log")
 		while ((seen < ${#lines[@]})); do
 			line=${lines[seen++]}
-			echo "$(date +%s) $line" >>"$w/times.log"
 			case $line in
 			"RUN "*) deadline=$(($(date +%s) + ${line##* } + slack)) ;;
 			# Everything is reported: a kernel without ACPI (the debug
