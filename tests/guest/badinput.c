@@ -15,8 +15,8 @@
  * file on the wire) and truncated concurrently by a thread (results never
  * longer than asked, every payload a prefix of the file's pattern; the one
  * exception is whole pages of zeros that tmpfs itself returns to a read
- * racing with truncate-then-rewrite, which a pread(2) control run beside it
- * shows too: see classify()).
+ * racing with truncate-then-rewrite, which a pread(2) control run after it
+ * must show too, or the test fails: see classify() and pread_control()).
  *
  * "./badinput trunc" runs only the concurrent truncation case.
  *
@@ -878,8 +878,14 @@ static int classify(const unsigned char *got, uint64_t off, size_t n,
 #define NTRUNC 200
 #define HDR 16
 
-/* The same race through pread(2): how often the filesystem itself shows holes. */
-static void pread_control(void)
+/*
+ * The same race through pread(2): how often the filesystem itself shows
+ * holes.  1.5 s; when @want_holes (stablesend's payloads had hole pages),
+ * on until pread(2) has shown one too, for up to 15 s: holes are accepted
+ * only when the filesystem shows them to pread(2) as well.  Returns the
+ * hole pages pread(2) saw.
+ */
+static long long pread_control(int want_holes)
 {
 	unsigned char *buf = malloc(tr.big);
 	long reads = 0, short_reads = 0, bad = 0;
@@ -891,7 +897,8 @@ static void pread_control(void)
 	__atomic_store_n(&tr.stop, 0, __ATOMIC_RELAXED);
 	tr.rounds = 0;
 	REQUIRE(pthread_create(&th, NULL, truncator, NULL) == 0, "pthread_create");
-	for (end = now_s() + 1.5; now_s() < end; reads++) {
+	for (end = now_s() + 1.5; now_s() < end || (want_holes && !zero_pages &&
+						  now_s() < end + 13.5); reads++) {
 		uint64_t off = ((uint64_t)reads * 40961 + 7) % (tr.big - 1);
 		size_t len = 1 + ((uint64_t)reads * 123457) % 400000;
 		ssize_t r = pread(tr.file, buf, len, off);
@@ -908,6 +915,7 @@ static void pread_control(void)
 	       reads, short_reads, zero_pages, bad, tr.rounds);
 	CHECK(!bad, "pread control: %ld reads are not a prefix of the pattern", bad);
 	free(buf);
+	return zero_pages;
 }
 
 static void truncated_concurrently(int dev)
@@ -1024,7 +1032,9 @@ static void truncated_concurrently(int dev)
 	printf("%s   concurrent truncation: %d accepted, %d ENODATA, %d short, %lld hole pages of zeros\n",
 	       pos == col.len && !bad_payload ? "ok" : "FAIL", n, enodata, shorter,
 	       zero_pages);
-	pread_control();
+	CHECK(pread_control(zero_pages > 0) > 0 || !zero_pages,
+	      "stablesend sent %lld hole pages of zeros, pread(2) racing the same truncations saw none",
+	      zero_pages);
 	close(ss);
 	close(tr.file);
 	free(col.buf);

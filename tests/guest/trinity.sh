@@ -49,6 +49,13 @@ check() {
 	fi
 }
 
+# ioctls 32|64: ioctl calls trinity attempted in that ABI (its --stats)
+ioctls() {
+	awk -v abi="$1bit:" '/^(32|64)bit:/ { in_abi = ($1 == abi); next }
+		in_abi && /^ioctl: \(attempted:/ { sub(/.*attempted:/, ""); n += $0 + 0 }
+		END { print n + 0 }' trinity.log
+}
+
 # phase NAME SYSCALL...: $calls random calls of those on device fds
 phase() {
 	name=$1
@@ -64,6 +71,8 @@ phase() {
 	grep -A 200 -E '^(32|64)bit:' trinity.log | grep -vE '^\[child' || true
 	ran=$(sed -n 's/.*Ran \([0-9]*\) syscalls.*/\1/p' trinity.log | tail -n1)
 	echo "trinity $name: exit status $rc after $t s, ${ran:-no} syscalls run"
+	# What reached the device's ioctl (few: see the phase below).
+	echo "trinity: $(ioctls 64) ioctls (64-bit), $(ioctls 32) (32-bit)"
 	check
 }
 

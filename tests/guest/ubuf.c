@@ -121,7 +121,8 @@ int main(void)
 		zc_path("tcp-virtio", c, s, !nic_offloads());
 		close(ns);
 	} else {
-		CHECK(access("/sys/bus/pci", F_OK), "PCI but no virtio-net NICs");
+		/* The harness always gives the guest two virtio-net NICs. */
+		CHECK(0, "no two virtio-net NICs: the real driver's path is untested");
 	}
 	return test_result();
 }

@@ -79,7 +79,8 @@ static void nic_path(void)
 
 	if (!nic_pair(&c, &s, &ns, peer)) {
 		printf("%-12s no two virtio-net NICs in this guest\n", "tcp-virtio");
-		CHECK(access("/sys/bus/pci", F_OK), "PCI but no virtio-net NICs");
+		/* The harness always gives the guest two virtio-net NICs. */
+		CHECK(0, "no two virtio-net NICs: the real driver's path is untested");
 		goto out;
 	}
 	r.sock_fd = c;
