@@ -19,7 +19,7 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps bench fuzz integration deb
+	style sparse clean help deps bench fuzz integration deb deb-test
 
 all: module lib
 
@@ -34,6 +34,7 @@ help:
 	@echo "make fuzz          fuzz.c and trinity, FUZZ_SCALE=10 times the make check budget, every kernel (FUZZ_ARGS='-k 6.12')"
 	@echo "make integration   nginx, lighttpd, apache2, smbd of Debian 12 with and without libstablesend-preload.so, three kernels (INTEGRATION_ARGS='-k 6.12 -s nginx')"
 	@echo "make deb           Debian packages (stablesend-dkms, libstablesend0, -dev, stablesend) + lintian, into DEB_DIR=$(DEB_DIR)"
+	@echo "make deb-test      make deb, then install, reboot, upgrade the kernel, purge in Debian 12 and 13 guests (tests/integration/packages)"
 	@echo "tests/vm --help    run anything in a guest"
 
 module:
@@ -64,6 +65,10 @@ DEB_DIR ?= $(STABLESEND_CACHE)/deb
 deb:
 	@tests/harness/deps deb
 	@lib/mkdeb $(DEB_DIR)
+
+deb-test: deb
+	@tests/harness/deps host
+	@DEB_DIR=$(DEB_DIR) tests/integration/packages $(DEB_TEST_ARGS)
 
 # Debian 12's servers and clients in a guest, over the preload.
 integration:

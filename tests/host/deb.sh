@@ -82,7 +82,11 @@ dpkg-deb -f "$work/out/stablesend_${v}_amd64.deb" Depends | grep -q "libstablese
 
 # Red control: a symbols file that misses an export must fail the build.
 mkdir "$work/tree"
-(cd "$top" && git ls-files -z | tar --null -T - -cf -) | tar -C "$work/tree" -xf -
+if git -C "$top" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	(cd "$top" && git ls-files -z | tar --null -T - -cf -) | tar -C "$work/tree" -xf -
+else
+	(cd "$top" && tar -cf - .) | tar -C "$work/tree" -xf -
+fi
 sed -i '/stablesend_version@/d' "$work/tree/lib/debian/libstablesend0.symbols"
 if "$work/tree/lib/mkdeb" "$work/out2" >"$work/mkdeb2.log" 2>&1; then
 	fail "a symbols file without stablesend_version still built"
