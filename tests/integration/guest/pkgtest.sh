@@ -79,7 +79,8 @@ status_ok() { # "stablesend status", as root and as nobody
 	local out
 	out=$(stablesend status 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | head -n 12
-	grep -q "$VERSION" <<<"$out" || { echo "status does not name module version $VERSION"; return 1; }
+	grep -q "^library: libstablesend $VERSION" <<<"$out" || { echo "status does not name library $VERSION"; return 1; }
+	grep -q '^module: loaded' <<<"$out" || { echo "status does not show the module loaded"; return 1; }
 	setpriv --reuid=65534 --regid=65534 --clear-groups stablesend status >/dev/null
 }
 
