@@ -114,7 +114,16 @@ static void ss_req_release(struct ss_req *req)
 	atomic64_dec(&stablesend_stats[SS_REQUESTS_IN_FLIGHT]);
 	if (req->cqe_released)
 		ss_post(req, &req->cqe_released, 0, STABLESEND_CQE_RELEASED);
+	if (req->ring)	/* unless the ring's end already posted it */
+		ss_uring_complete(req, req->res);
 	ss_req_put(req);
+}
+
+/* Someone waits for @req's pages: a RELEASED record, or a ring's CQE. */
+static bool ss_wants_release(const struct ss_req *req)
+{
+	return req->cqe_released ||
+	       (req->ring && (req->flags & STABLESEND_REQ_NOTIFY_RELEASE));
 }
 
 /* Take @req off its group, if on one.  Under ss_inflight_lock. */
@@ -126,7 +135,7 @@ static void ss_group_del(struct ss_req *req)
 		return;
 	list_del_init(&req->inflight);
 	req->group = NULL;
-	if (req->cqe_released) {
+	if (ss_wants_release(req)) {
 		g->released--;
 		ss_released_nr--;
 	}
@@ -251,7 +260,7 @@ static void ss_group_watch(struct ss_group *g)
 static void ss_group_add(struct ss_req *req, struct ss_group *g)
 {
 	req->group = g;
-	if (req->cqe_released) {
+	if (ss_wants_release(req)) {
 		g->released++;
 		ss_released_nr++;
 	}
@@ -350,9 +359,14 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	if (copied)
 		atomic64_inc(&stablesend_stats[SS_COPIED]);
 
-	if (!req->sync)
+	if (req->ring) {
+		/* Its CQE; with RELEASED asked for, once the pages are back. */
+		if (!(req->flags & STABLESEND_REQ_NOTIFY_RELEASE))
+			ss_uring_complete(req, res);
+	} else if (!req->sync) {
 		ss_post(req, &req->cqe_sent, res, STABLESEND_CQE_SENT |
 			(copied ? STABLESEND_CQE_COPIED : 0));
+	}
 
 	spin_lock(&ss_inflight_lock);
 	req->finished = true;

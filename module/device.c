@@ -19,7 +19,8 @@
 			 STABLESEND_FEAT_HDTR | STABLESEND_FEAT_CANCEL |	\
 			 STABLESEND_FEAT_RELEASE | STABLESEND_FEAT_TCP |	\
 			 STABLESEND_FEAT_UNIX | STABLESEND_FEAT_KTLS |		\
-			 STABLESEND_FEAT_SPLICE_PAGES)
+			 STABLESEND_FEAT_SPLICE_PAGES |				\
+			 (IS_ENABLED(CONFIG_IO_URING) ? STABLESEND_FEAT_URING : 0))
 
 /* An open's limit: no more than a synchronous result or its user may hold. */
 static u64 ss_limit(struct ss_ctx *ctx, u64 limit)
@@ -305,6 +306,9 @@ static const struct file_operations ss_fops = {
 	.poll		= ss_poll,
 	.unlocked_ioctl	= ss_ioctl,
 	.compat_ioctl	= compat_ptr_ioctl,
+#ifdef CONFIG_IO_URING
+	.uring_cmd	= ss_uring_cmd,
+#endif
 	.llseek		= noop_llseek,
 	.show_fdinfo	= ss_show_fdinfo,
 };

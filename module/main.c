@@ -57,6 +57,7 @@ fail_wq:
 static void __exit ss_exit(void)
 {
 	ss_device_exit();
+	stablesend_uring_watch_exit();
 	ss_reaper_stop();
 	ss_memory_exit();
 	ss_rx_kick_exit();

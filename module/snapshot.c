@@ -171,16 +171,18 @@ static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
  * @sender:	a SEND's registry entry (synchronous: no SENT record), or NULL
  * @flags:	STABLESEND_REQ_*
  * @nonblock:	fail with EAGAIN instead of waiting for memory
+ * @ucmd:	the io_uring command it completes (no records), or NULL
  *
  * Returns the request with one reference, or an ERR_PTR.  Until it is
  * queued, ss_req_put() undoes everything.
  */
 struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
-			    struct ss_sender *sender, u32 flags, bool nonblock)
+			    struct ss_sender *sender, u32 flags, bool nonblock,
+			    struct io_uring_cmd *ucmd)
 {
 	bool sync = sender;
-	bool released = flags & STABLESEND_REQ_NOTIFY_RELEASE;
-	unsigned int ncqe = !sync + released;
+	bool released = (flags & STABLESEND_REQ_NOTIFY_RELEASE) && !ucmd;
+	unsigned int ncqe = (!sync && !ucmd) + released;
 	u64 need = ss_need(total);
 	struct ss_req *req;
 	int err;
@@ -203,6 +205,8 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	req->ctx = ctx;
 	req->sync = sync;
 	req->sender = sender;
+	req->ucmd = ucmd;
+	req->ring = ucmd;
 	req->flags = flags;
 	INIT_LIST_HEAD(&req->ctx_node);
 	INIT_LIST_HEAD(&req->inflight);
@@ -211,11 +215,12 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	req->tgid = get_pid(task_tgid(current));
 	req->cred = get_current_cred();
 	kref_get(&ctx->ref);
-	if (!sync)
+	if (!sync && !ucmd)
 		req->cqe_sent = kzalloc(sizeof(*req->cqe_sent), SS_GFP);
 	if (released)
 		req->cqe_released = kzalloc(sizeof(*req->cqe_released), SS_GFP);
-	if ((!sync && !req->cqe_sent) || (released && !req->cqe_released)) {
+	if ((!sync && !ucmd && !req->cqe_sent) ||
+	    (released && !req->cqe_released)) {
 		err = -ENOMEM;
 		goto fail;
 	}

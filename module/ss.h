@@ -124,6 +124,8 @@ struct ss_req {
 	bool copied;		/* the protocol copies (kTLS, no SG) */
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
 	struct ss_sender *sender;	/* a SEND's, until its snapshot is taken */
+	struct io_uring_cmd *ucmd;	/* an io_uring command's, until its CQE */
+	bool ring;		/* an io_uring command's: no records */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
 	u64 user_data;
@@ -166,11 +168,32 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 	       const struct stablesend_submit __user *arg);
 long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 		  const struct stablesend_req __user *arg);
+struct io_uring_cmd;
+struct ss_req *ss_submit_uring(struct ss_ctx *ctx,
+			       const struct stablesend_req *ur,
+			       struct io_uring_cmd *ucmd);
+void ss_mark_setup(struct ss_ctx *ctx);
+
+/* uring.c */
+#ifdef CONFIG_IO_URING
+int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+void ss_uring_queued(struct ss_req *req);
+void ss_uring_complete(struct ss_req *req, s64 res);
+#else
+static inline void ss_uring_queued(struct ss_req *req)
+{
+}
+
+static inline void ss_uring_complete(struct ss_req *req, s64 res)
+{
+}
+#endif
 
 /* snapshot.c */
 struct ss_sender;
 struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
-			    struct ss_sender *sender, u32 flags, bool nonblock);
+			    struct ss_sender *sender, u32 flags, bool nonblock,
+			    struct io_uring_cmd *ucmd);
 int ss_snapshot(struct ss_req *req, const struct stablesend_req *ur,
 		struct file *file, u64 flen);
 void ss_req_unlock(struct ss_req *req);

@@ -32,11 +32,13 @@ static int ss_check_req(const struct stablesend_req *ur)
 /*
  * Validate, snapshot and queue one request.  Returns it with a reference
  * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
- * @sender is a SEND's registry entry (NULL for SUBMIT).
+ * @sender is a SEND's registry entry (NULL for SUBMIT), @nonblock fails
+ * instead of waiting for memory, @ucmd is an io_uring command's (or NULL).
  */
-static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
+static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 				 const struct stablesend_req *ur,
-				 struct ss_sender *sender)
+				 struct ss_sender *sender, bool nonblock,
+				 struct io_uring_cmd *ucmd)
 {
 	bool sync = sender;
 	struct ss_req *req;
@@ -78,7 +80,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx, struct file *dev,
 	}
 
 	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sender,
-			   ur->flags, dev->f_flags & O_NONBLOCK);
+			   ur->flags, nonblock, ucmd);
 	if (IS_ERR(req)) {
 		err = PTR_ERR(req);
 		goto put_sock;
@@ -109,7 +111,7 @@ put_file:
 	return ERR_PTR(err);
 }
 
-static void ss_mark_setup(struct ss_ctx *ctx)
+void ss_mark_setup(struct ss_ctx *ctx)
 {
 	spin_lock(&ctx->lock);
 	ctx->setup_done = true;
@@ -139,7 +141,7 @@ long ss_submit(struct ss_ctx *ctx, struct file *dev,
 			err = -EFAULT;
 			break;
 		}
-		req = ss_prepare(ctx, dev, &ur, NULL);
+		req = ss_prepare(ctx, &ur, NULL, dev->f_flags & O_NONBLOCK, NULL);
 		if (IS_ERR(req)) {
 			err = PTR_ERR(req);
 			break;
@@ -165,7 +167,7 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 	res = ss_sender_enter(&sender);
 	if (res)
 		return res;
-	req = ss_prepare(ctx, dev, &ur, &sender);
+	req = ss_prepare(ctx, &ur, &sender, dev->f_flags & O_NONBLOCK, NULL);
 	if (IS_ERR(req)) {
 		res = PTR_ERR(req);
 	} else {
@@ -174,4 +176,21 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 	}
 	ss_sender_leave(&sender);
 	return res;
+}
+
+/**
+ * ss_submit_uring - validate, snapshot and queue an io_uring command's request
+ * @ctx:	the open of the device the command was issued on
+ * @ur:		the request, copied from user space
+ * @ucmd:	the command; its CQE is the request's completion
+ *
+ * Never waits for memory.  Returns the request with a reference for the
+ * command (dropped once its CQE is posted), or an ERR_PTR.
+ */
+struct ss_req *ss_submit_uring(struct ss_ctx *ctx,
+			       const struct stablesend_req *ur,
+			       struct io_uring_cmd *ucmd)
+{
+	ss_mark_setup(ctx);
+	return ss_prepare(ctx, ur, NULL, true, ucmd);
 }

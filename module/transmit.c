@@ -736,6 +736,8 @@ int ss_enqueue(struct ss_req *req, struct socket *sock)
 	 */
 	spin_lock(&ctx->lock);
 	list_add_tail(&req->ctx_node, &ctx->queued);
+	if (req->ring)
+		ss_uring_queued(req);
 	ctx->stats.submitted++;
 	spin_lock_bh(&ss->lock);
 	list_add_tail(&req->fifo, &ss->fifo);

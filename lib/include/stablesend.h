@@ -15,6 +15,10 @@
  *  - stablesend_open() / _submit() / _reap() / _cancel() / _close() drive
  *    one asynchronous context (one open of the device).
  *
+ *  - stablesend_prep_uring() fills an io_uring SQE that submits a request
+ *    on the application's own ring (STABLESEND_FEAT_URING): its CQE is
+ *    the completion.
+ *
  * Requests and completions are the kernel's own structures:
  * struct stablesend_req, struct stablesend_cqe and struct
  * stablesend_counters come from <linux/stablesend.h> unchanged, so a
@@ -37,6 +41,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/types.h>
+#include <linux/io_uring.h>
 #include <linux/stablesend.h>
 
 /* stablesend_sendfile() takes a 64-bit off_t, on every architecture. */
@@ -146,6 +151,33 @@ static inline void stablesend_prep_hdtr(struct stablesend_req *req,
 	req->head_len = head_len;
 	req->tail = (__u64)(uintptr_t)tail;
 	req->tail_len = tail_len;
+}
+
+/*
+ * Fill io_uring SQE @sqe (liburing's io_uring_get_sqe(), or a raw ring of
+ * 64- or 128-byte SQEs) with a request on the device fd @dev_fd
+ * (stablesend_fd(); with IOSQE_FIXED_FILE, its index among the ring's
+ * registered files): IORING_OP_URING_CMD, cmd_op
+ * STABLESEND_URING_CMD_SEND, a pointer to @req in the command area.  The
+ * first 64 bytes of the SQE are cleared first; set sqe->user_data and
+ * sqe->flags afterwards.  @req is read when io_uring issues the command,
+ * inside io_uring_enter() for a plain submission: keep it unchanged until
+ * then, or until the CQE when IOSQE_ASYNC, a link or SQPOLL may issue it
+ * later.  The CQE's res is the bytes sent or -errno (see
+ * <linux/stablesend.h>).
+ */
+static inline void stablesend_prep_uring(struct io_uring_sqe *sqe, int dev_fd,
+					 const struct stablesend_req *req)
+{
+	struct stablesend_uring_cmd cmd;
+
+	memset(sqe, 0, sizeof(*sqe));
+	memset(&cmd, 0, sizeof(cmd));
+	cmd.req = (__u64)(uintptr_t)req;
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = dev_fd;
+	sqe->cmd_op = STABLESEND_URING_CMD_SEND;
+	memcpy(sqe->cmd, &cmd, sizeof(cmd));
 }
 
 #ifdef __cplusplus

@@ -39,6 +39,7 @@ static const struct {
 	{ STABLESEND_FEAT_UNIX,		"unix" },
 	{ STABLESEND_FEAT_KTLS,		"ktls" },
 	{ STABLESEND_FEAT_SPLICE_PAGES,	"splice_pages" },
+	{ STABLESEND_FEAT_URING,	"uring" },
 };
 
 const char *stablesend_feature_name(__u64 feature)

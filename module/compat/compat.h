@@ -114,4 +114,100 @@ static inline int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 }
 #endif
 
+#ifdef CONFIG_IO_URING
+#ifdef HAVE_IO_URING_CMD_H
+#include <linux/io_uring/cmd.h>
+#else
+#include <linux/io_uring.h>
+#include <linux/io_uring_types.h>
+#endif
+
+/* The command area of the SQE: before 6.6 io_uring kept a pointer to it. */
+#if defined(HAVE_IO_URING_SQE_CMD_TYPED)
+#define stablesend_uring_cmd_area(ioucmd, type)	\
+	io_uring_sqe_cmd((ioucmd)->sqe, type)
+#elif defined(HAVE_IO_URING_CMD_H)
+#define stablesend_uring_cmd_area(ioucmd, type)	\
+	((const type *)io_uring_sqe_cmd((ioucmd)->sqe))
+#else
+#define stablesend_uring_cmd_area(ioucmd, type)	((const type *)(ioucmd)->cmd)
+#endif
+
+#ifndef IORING_URING_CMD_MASK
+#define IORING_URING_CMD_MASK		IORING_URING_CMD_FIXED
+#endif
+
+/*
+ * The driver's part of struct io_uring_cmd's pdu; before 6.7 the last 16
+ * bytes are compat/uring.c's.
+ */
+#ifdef HAVE_IO_URING_CMD_CANCELABLE
+#define STABLESEND_URING_PDU_SIZE	sizeof_field(struct io_uring_cmd, pdu)
+#else
+#define STABLESEND_URING_PDU_SIZE	\
+	(sizeof_field(struct io_uring_cmd, pdu) - sizeof(struct list_head))
+#endif
+
+/*
+ * STABLESEND_URING_TW(name, fn): @name, an io_uring task work callback that
+ * calls fn(cmd, issue_flags); newest kernels pass a struct io_tw_req.
+ */
+#ifdef HAVE_IO_TW_REQ
+#define STABLESEND_URING_TW(name, fn)					\
+static void name(struct io_tw_req tw_req, io_tw_token_t tw)		\
+{									\
+	fn(io_uring_cmd_from_tw(tw_req), IO_URING_CMD_TASK_WORK_ISSUE_FLAGS); \
+}
+#else
+#define STABLESEND_URING_TW(name, fn)					\
+static void name(struct io_uring_cmd *ioucmd, unsigned int issue_flags)	\
+{									\
+	fn(ioucmd, issue_flags);					\
+}
+#endif
+
+#ifndef HAVE_IO_URING_CMD_CANCELABLE
+/*
+ * Before 6.7 io_uring never gives a driver's command back: compat/uring.c
+ * watches the marked ones and calls ->uring_cmd with IO_URING_F_CANCEL
+ * when their ring is closed or their task cancels all its requests (exec),
+ * as io_uring does since.
+ */
+#define IO_URING_F_CANCEL		BIT(11)
+/* The watch's cancel: no io_uring lock held, post the CQE from task work. */
+#define STABLESEND_URING_F_WATCHER	BIT(12)
+void stablesend_uring_watch(struct io_uring_cmd *cmd, unsigned int issue_flags);
+void stablesend_uring_unwatch(struct io_uring_cmd *cmd);
+void stablesend_uring_watch_exit(void);
+#define io_uring_cmd_mark_cancelable(cmd, flags)	stablesend_uring_watch(cmd, flags)
+#else
+#define STABLESEND_URING_F_WATCHER	0
+
+static inline void stablesend_uring_unwatch(struct io_uring_cmd *cmd)
+{
+}
+
+static inline void stablesend_uring_watch_exit(void)
+{
+}
+#endif
+
+#ifndef HAVE_IO_URING_CMD_DONE32
+/* Newest: no res2 (that is io_uring_cmd_done32()). */
+static inline void stablesend_uring_cmd_done(struct io_uring_cmd *cmd,
+					     s32 ret, unsigned int flags)
+{
+	stablesend_uring_unwatch(cmd);
+	io_uring_cmd_done(cmd, ret, 0, flags);
+}
+
+#define io_uring_cmd_done(cmd, ret, flags)	\
+	stablesend_uring_cmd_done(cmd, ret, flags)
+#endif
+#else
+static inline void stablesend_uring_watch_exit(void)
+{
+}
+#endif /* CONFIG_IO_URING */
+
 #endif /* _STABLESEND_COMPAT_H */

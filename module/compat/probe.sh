@@ -46,3 +46,15 @@ probe HAVE_GET_RANDOM_U32_BELOW 'u32 get_random_u32_below\(' linux/random.h
 # c42d50aefd17 ("mm: shrinker: add infrastructure for dynamically allocating
 # shrinker"), 6.7; register_shrinker() went away with it.
 probe HAVE_SHRINKER_ALLOC 'struct shrinker \*shrinker_alloc\(' linux/shrinker.h
+# io_uring commands.  6.6 moved struct io_uring_cmd to io_uring/cmd.h and
+# gave it the SQE instead of a pointer to the command area; a later kernel
+# made io_uring_sqe_cmd() take the type.
+probe HAVE_IO_URING_CMD_H 'struct io_uring_cmd \{' linux/io_uring/cmd.h
+probe HAVE_IO_URING_SQE_CMD_TYPED '#define io_uring_sqe_cmd\(sqe, type\)' linux/io_uring/cmd.h
+# io_uring_cmd_done() lost its res2 argument to io_uring_cmd_done32().
+probe HAVE_IO_URING_CMD_DONE32 'io_uring_cmd_done32\(' linux/io_uring/cmd.h
+# Task work callbacks take a struct io_tw_req.
+probe HAVE_IO_TW_REQ 'struct io_tw_req \{' linux/io_uring_types.h
+# 6.7 (93b8cc60c37b, "io_uring: cancelable uring_cmd"): commands io_uring
+# cancels through ->uring_cmd when the ring or the task goes away.
+probe HAVE_IO_URING_CMD_CANCELABLE 'void io_uring_cmd_mark_cancelable\(' linux/io_uring/cmd.h

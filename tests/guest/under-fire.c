@@ -15,11 +15,15 @@
  *
  * Requests mix synchronous and asynchronous submission, unaligned ranges
  * and several sockets; the receivers check every byte as it arrives.  A
- * short control run with sendfile(2) must show violations, or the check
- * could not fail.
+ * second run submits every request as an io_uring command, one SQE per
+ * socket in each io_uring_enter() (lo before, hi after it).  A short
+ * control run with sendfile(2) must show violations, or the check could
+ * not fail.
+ * test-timeout: 300
  */
-#include "common.h"
+#include "uring.h"
 #include <pthread.h>
+#include <stablesend.h>
 #include <stdatomic.h>
 #include <sys/sendfile.h>
 
@@ -160,9 +164,15 @@ static void *receiver(void *arg)
 	return NULL;
 }
 
+enum mode { DEVICE, URING, SENDFILE };
+static const char *const mode_name[] = { "stablesend", "stablesend io_uring", "sendfile control" };
+
 /* One run of @n requests per socket; returns the number of violations. */
-static long run(long n, int use_sendfile)
+static long run(long n, enum mode mode)
 {
+	struct stablesend_req q[NSOCK];
+	struct io_uring_cqe ucqe;
+	struct ring ring;
 	pthread_t w[NWRITERS], rt[NSOCK];
 	struct rx rx[NSOCK];
 	int dev, c[NSOCK], s[NSOCK], k;
@@ -187,7 +197,10 @@ static long run(long n, int use_sendfile)
 		write_full(file, blk, BLK, i * BLK);
 	}
 	dev = ss_dev();
-	REQUIRE(ss_setup(dev, -1, 16 << 20) == 0, "SETUP");
+	/* The ring never waits for memory: room for what the sockets hold. */
+	REQUIRE(ss_setup(dev, -1, (mode == URING ? 64 : 16) << 20) == 0, "SETUP");
+	if (mode == URING)
+		REQUIRE(!ring_init(&ring, 512, 0), "io_uring_setup");
 	for (k = 0; k < NSOCK; k++) {
 		tcp_pair(k == 1 ? AF_INET6 : AF_INET, &c[k], &s[k]);
 		recs[k] = calloc(nreq, sizeof(struct rec));
@@ -202,7 +215,6 @@ static long run(long n, int use_sendfile)
 	for (i = 0; i < nreq; i++) {
 		for (k = 0; k < NSOCK; k++) {
 			struct rec *r = &recs[k][i];
-			struct stablesend_req q;
 			uint64_t b0, nb, j;
 			long ret;
 
@@ -213,17 +225,26 @@ static long run(long n, int use_sendfile)
 			nb = (r->off + r->len - 1) / BLK - r->off / BLK + 1;
 			for (j = 0; j < nb; j++)
 				r->lo[j] = atomic_load(&done[r->off / BLK + j]);
-			q = ss_req(file, c[k], r->off, r->len, k);
-			if (use_sendfile) {
+			q[k] = ss_req(file, c[k], r->off, r->len, k);
+			if (mode == URING) {
+				struct io_uring_sqe *sqe = ring_sqe(&ring);
+
+				REQUIRE(sqe, "SQ ring full");
+				stablesend_prep_uring(sqe, dev, &q[k]);
+				sqe->user_data = k;
+				outstanding++;
+				continue;	/* one io_uring_enter() for the sockets */
+			}
+			if (mode == SENDFILE) {
 				off_t o = r->off;
 
 				ret = sendfile(c[k], file, &o, r->len);
 				CHECK(ret == (long)r->len, "sendfile %ld", ret);
 			} else if (i % 4 == 0) {
-				ret = ss_send(dev, &q);
+				ret = ss_send(dev, &q[k]);
 				CHECK(ret == (long)r->len, "SEND %ld", ret);
 			} else {
-				ret = ss_submit(dev, &q, 1);
+				ret = ss_submit(dev, &q[k], 1);
 				CHECK(ret == 1, "SUBMIT %ld", ret);
 				outstanding++;
 			}
@@ -231,8 +252,31 @@ static long run(long n, int use_sendfile)
 				r->hi[j] = atomic_load(&started[r->off / BLK + j]);
 			atomic_store(&r->ready, 1);
 		}
+		if (mode == URING) {
+			int ret = ring_submit(&ring, 0);
+
+			CHECK(ret == NSOCK, "io_uring_enter submitted %d of %d", ret, NSOCK);
+			for (k = 0; k < NSOCK; k++) {
+				struct rec *r = &recs[k][i];
+				uint64_t j, nb = (r->off + r->len - 1) / BLK - r->off / BLK + 1;
+
+				for (j = 0; j < nb; j++)
+					r->hi[j] = atomic_load(&started[r->off / BLK + j]);
+				atomic_store(&r->ready, 1);
+			}
+			/* Keep memory bounded: reap what has completed. */
+			while (outstanding &&
+			       !ring_wait(&ring, &ucqe,
+					  outstanding > 128 || i == nreq - 1 ? 10000 : 0)) {
+				CHECK(ucqe.res > 0, "io_uring result %d", ucqe.res);
+				outstanding--;
+				reaped++;
+				if (ucqe.res <= 0)
+					break;
+			}
+		}
 		/* Keep memory bounded: reap what has completed. */
-		while (outstanding > 256 || (i == nreq - 1 && outstanding)) {
+		while (mode == DEVICE && (outstanding > 256 || (i == nreq - 1 && outstanding))) {
 			int n = ss_reap(dev, cqe, 64, 10000), j2;
 
 			if (n <= 0)
@@ -254,13 +298,15 @@ static long run(long n, int use_sendfile)
 		pthread_join(w[i], NULL);
 
 	printf("%s: %ld requests on %d sockets, %ld bytes checked (%ld generation bytes no window could reject), %ld violations, %.1f s\n",
-	       use_sendfile ? "sendfile control" : "stablesend",
+	       mode_name[mode],
 	       nreq * NSOCK, NSOCK, atomic_load(&checked_bytes),
 	       atomic_load(&unchecked_bytes), atomic_load(&violations), now_s() - t0);
 	CHECK(atomic_load(&unchecked_bytes) * 100 <= atomic_load(&checked_bytes),
 	      "%ld of %ld bytes unchecked: the windows are too wide to judge",
 	      atomic_load(&unchecked_bytes), atomic_load(&checked_bytes));
 	CHECK(outstanding == 0, "%ld completions missing", outstanding);
+	if (mode == URING)
+		ring_exit(&ring);
 	close(dev);
 	close(file);
 	for (k = 0; k < NSOCK; k++) {
@@ -275,8 +321,10 @@ int main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : NREQ_DEFAULT;
 
-	CHECK(run(n, 0) == 0, "stability violated");
+	CHECK(run(n, DEVICE) == 0, "stability violated");
 	CHECK(ss_drained(20), "pages still in flight");
-	CHECK(run(n / 4 + 1, 1) > 0, "the sendfile control showed no violation");
+	CHECK(run(n, URING) == 0, "stability violated through io_uring");
+	CHECK(ss_drained(20), "pages still in flight");
+	CHECK(run(n / 4 + 1, SENDFILE) > 0, "the sendfile control showed no violation");
 	return test_result();
 }

@@ -47,6 +47,8 @@ int main(void)
 	      "feature name");
 	CHECK(!strcmp(stablesend_feature_name(STABLESEND_FEAT_SPLICE_PAGES),
 		      "splice_pages"), "feature name");
+	CHECK(!strcmp(stablesend_feature_name(STABLESEND_FEAT_URING), "uring"),
+	      "feature name");
 	CHECK(!stablesend_feature_name(0), "no name for 0");
 	CHECK(!stablesend_feature_name(3), "no name for two bits");
 	CHECK(!stablesend_feature_name(1ULL << 63), "no name for unknown");

@@ -75,6 +75,43 @@
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
+ * io_uring (STABLESEND_FEAT_URING): an IORING_OP_URING_CMD on the device fd
+ * (a fixed file or not) with cmd_op STABLESEND_URING_CMD_SEND and a
+ * struct stablesend_uring_cmd at the start of the SQE's command area (it
+ * fits a ring of ordinary 64-byte SQEs; IORING_SETUP_SQE128 rings work
+ * too) submits one request, as one entry of STABLESEND_IOC_SUBMIT would,
+ * under this open's memory limit and its user's.  The struct
+ * stablesend_req it points to is copied when io_uring issues the command.
+ *	Snapshot: taken while io_uring issues the command, which for an
+ *	ordinary submission is inside the io_uring_enter(2) call that
+ *	submits it, as with SUBMIT: once that call returns, later writes to
+ *	the file do not reach the wire.  The command never waits for memory
+ *	and never asks io_uring to retry it from a worker: with the limit
+ *	reached its CQE carries -EAGAIN.  With IOSQE_ASYNC, behind a link,
+ *	or on an IORING_SETUP_SQPOLL ring, io_uring issues it later from its
+ *	own threads; the CQE is then the first sign the snapshot is taken.
+ *	Credentials: the issuing task's, as io_uring sets them (the SQE's
+ *	personality; the ring creator's for SQPOLL).
+ *	Completion: one CQE whose res is the SENT result (bytes sent, or
+ *	-errno from the table below: the same as SUBMIT); with
+ *	STABLESEND_REQ_NOTIFY_RELEASE it is posted only once the network
+ *	stack has also released the pages (io_uring lets a command post one
+ *	CQE only, so there is no separate notification).  No record is
+ *	queued on the device fd and its eventfd is not signalled.
+ *	Cancellation: STABLESEND_IOC_CANCEL on the device fd cancels it by
+ *	its stablesend user_data (io_uring's IORING_OP_ASYNC_CANCEL does not
+ *	reach driver commands).  When io_uring cancels its requests (the ring
+ *	is closed, also by the process's exit; the submitting process
+ *	execs), the commands end at once where they are: the CQE carries
+ *	-ECANCELED when nothing was sent, else the bytes sent so far, and a
+ *	pending RELEASED wait is cut short.  Closing the device fd does not
+ *	end them (the ring holds the file).  The bytes are sent by the
+ *	submitting thread, or by another thread of its process (never by
+ *	io_uring's own threads), as for SUBMIT: a thread that exits leaves
+ *	its commands to the others.
+ *	Errors before any snapshot (bad cmd_op, a bad command area,
+ *	registered buffers) give -EINVAL or -EOPNOTSUPP in the CQE.
+ *
  * Errors of a submission (returned by the ioctl):
  *	EBADF	file_fd or sock_fd is not open, or the file is not open for
  *		reading (write-only and O_PATH fds).
@@ -134,6 +171,7 @@
 #define STABLESEND_FEAT_UNIX		_BITULL(6) /* AF_UNIX stream */
 #define STABLESEND_FEAT_KTLS		_BITULL(7) /* TCP with the kTLS ULP */
 #define STABLESEND_FEAT_SPLICE_PAGES	_BITULL(8) /* by-reference handoff */
+#define STABLESEND_FEAT_URING		_BITULL(9) /* io_uring command */
 
 /**
  * struct stablesend_setup - configure one open of the device
@@ -259,11 +297,26 @@ struct stablesend_counters {
 	__u64 reserved[6];
 };
 
+/**
+ * struct stablesend_uring_cmd - the command area of an io_uring SQE
+ * @req:	user pointer to one struct stablesend_req
+ * @flags:	must be zero
+ * @reserved:	must be zero
+ */
+struct stablesend_uring_cmd {
+	__u64 req;
+	__u32 flags;
+	__u32 reserved;
+};
+
 #define STABLESEND_IOC_MAGIC		0xB5
 #define STABLESEND_IOC_SETUP	_IOWR(STABLESEND_IOC_MAGIC, 0, struct stablesend_setup)
 #define STABLESEND_IOC_SUBMIT	_IOW(STABLESEND_IOC_MAGIC, 1, struct stablesend_submit)
 #define STABLESEND_IOC_SEND	_IOW(STABLESEND_IOC_MAGIC, 2, struct stablesend_req)
 #define STABLESEND_IOC_CANCEL	_IOW(STABLESEND_IOC_MAGIC, 3, __u64)
 #define STABLESEND_IOC_COUNTERS	_IOR(STABLESEND_IOC_MAGIC, 4, struct stablesend_counters)
+
+/* io_uring cmd_op of a request (IORING_OP_URING_CMD on the device fd). */
+#define STABLESEND_URING_CMD_SEND _IOW(STABLESEND_IOC_MAGIC, 0x40, struct stablesend_uring_cmd)
 
 #endif /* _UAPI_LINUX_STABLESEND_H */

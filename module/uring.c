@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * io_uring: STABLESEND_URING_CMD_SEND, an IORING_OP_URING_CMD on the device
+ * fd.  It is an asynchronous request like one of SUBMIT's, snapshotted and
+ * queued while io_uring issues the command and sent on by the issuing
+ * task's process; its completion is the command's CQE instead of a record
+ * on the open.  The command holds a reference on the request until that
+ * CQE is posted: from io_uring task work, or by io_uring's cancel.
+ * io_uring asks for the command back (its ring closes, its task execs)
+ * through ->uring_cmd with IO_URING_F_CANCEL: the request then ends where
+ * it is, as at a close of the device fd.  The command claims its CQE with
+ * an xchg() on req->ucmd: whoever gets it posts it.
+ */
+#include <linux/uaccess.h>
+
+#include "ss.h"
+
+struct ss_uring_pdu {
+	struct ss_req *req;	/* set once queued, under ctx->lock */
+	s32 res;		/* the CQE's, for task work */
+};
+
+static struct ss_uring_pdu *ss_pdu(struct io_uring_cmd *cmd)
+{
+	BUILD_BUG_ON(sizeof(struct ss_uring_pdu) > STABLESEND_URING_PDU_SIZE);
+	return (struct ss_uring_pdu *)cmd->pdu;
+}
+
+/* Task work of the command's task: post the CQE, drop the request. */
+static void ss_uring_done(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	struct ss_uring_pdu *pdu = ss_pdu(cmd);
+	struct ss_req *req = pdu->req;
+
+	io_uring_cmd_done(cmd, pdu->res, issue_flags);
+	ss_req_put(req);
+}
+
+STABLESEND_URING_TW(ss_uring_tw, ss_uring_done)
+
+/**
+ * ss_uring_queued - a command's request is on its open's queue
+ * @req:	the request; called with ctx->lock held
+ *
+ * From now on a cancel finds it, and it may complete.  The command holds
+ * a reference of its own until its CQE is posted.
+ */
+void ss_uring_queued(struct ss_req *req)
+{
+	ss_pdu(req->ucmd)->req = req;
+	refcount_inc(&req->ref);
+}
+
+/* Post the CQE of @cmd, which the caller claimed from req->ucmd, as task work. */
+static void ss_uring_post_tw(struct io_uring_cmd *cmd, s64 res)
+{
+	/* A request holds at most INT_MAX bytes (the open's limit). */
+	ss_pdu(cmd)->res = res;
+	io_uring_cmd_complete_in_task(cmd, ss_uring_tw);
+}
+
+/**
+ * ss_uring_complete - post a command's CQE, once
+ * @req:	the request
+ * @res:	bytes sent, or -errno
+ *
+ * Any process context but io_uring's cancel, which posts it itself.
+ * Later calls do nothing.
+ */
+void ss_uring_complete(struct ss_req *req, s64 res)
+{
+	struct io_uring_cmd *cmd = xchg(&req->ucmd, NULL);
+
+	if (cmd)
+		ss_uring_post_tw(cmd, res);
+}
+
+/*
+ * io_uring wants the command back (its ring is closing, or its task
+ * execs).  The CQE goes now, with the request's result if it ended, else
+ * what the socket took so far (-ECANCELED: nothing): not started, the
+ * request is cancelled; started, it stops after what the socket took (its
+ * sender finishes it, when one is inside sendmsg now); finished and
+ * waiting for its pages, it no longer holds the ring.  io_uring asks
+ * again while the command is on its list: before the request is queued
+ * (an issue from io-wq still taking the snapshot), or when task work
+ * already carries its CQE.  The cancel before 6.7 (compat/uring.c) holds
+ * no io_uring lock: it posts from task work.
+ */
+static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	struct ss_ctx *ctx = cmd->file->private_data;
+	bool queued, now = false;
+	struct ss_req *req;
+	s64 res;
+
+	spin_lock(&ctx->lock);
+	req = ss_pdu(cmd)->req;
+	if (!req || xchg(&req->ucmd, NULL) != cmd) {
+		spin_unlock(&ctx->lock);
+		return;
+	}
+	queued = !list_empty(&req->ctx_node);
+	if (queued)
+		now = ss_cancel_req(req) || ss_abort_req(req);
+	spin_unlock(&ctx->lock);
+	if (now)
+		ss_req_finish(req, req->res);	/* the CQE is ours: it posts none */
+	res = now || !queued ? req->res : (READ_ONCE(req->sent) ?: -ECANCELED);
+	if (issue_flags & STABLESEND_URING_F_WATCHER) {
+		ss_uring_post_tw(cmd, res);
+		return;
+	}
+	io_uring_cmd_done(cmd, res, issue_flags);
+	ss_req_put(req);
+}
+
+/**
+ * ss_uring_cmd - the device's ->uring_cmd
+ * @cmd:	the command
+ * @issue_flags: io_uring's IO_URING_F_*
+ *
+ * Return: -EIOCBQUEUED once the command is io_uring's to complete through
+ * io_uring_cmd_done(), else an error for its CQE.
+ */
+int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	struct ss_ctx *ctx = cmd->file->private_data;
+	const struct stablesend_uring_cmd *area;
+	struct stablesend_req ur;
+	struct ss_req *req;
+	u64 uptr;
+
+	if (issue_flags & IO_URING_F_CANCEL) {
+		ss_uring_cancel(cmd, issue_flags);
+		return 0;
+	}
+	if (cmd->cmd_op != STABLESEND_URING_CMD_SEND)
+		return -EINVAL;
+	/* Registered buffers, multishot. */
+	if (cmd->flags & IORING_URING_CMD_MASK)
+		return -EOPNOTSUPP;
+	/* The SQE is in memory the application can still write: read once. */
+	area = stablesend_uring_cmd_area(cmd, struct stablesend_uring_cmd);
+	if (READ_ONCE(area->flags) || READ_ONCE(area->reserved))
+		return -EINVAL;
+	uptr = READ_ONCE(area->req);
+	if (copy_from_user(&ur, u64_to_user_ptr(uptr), sizeof(ur)))
+		return -EFAULT;
+
+	ss_pdu(cmd)->req = NULL;
+	/*
+	 * Before the request is queued, where another thread may end it: its
+	 * CQE must not come before io_uring knows the command is cancelable.
+	 * Every error from here on is posted with io_uring_cmd_done(), which
+	 * takes the command off the cancelable list again.
+	 */
+	io_uring_cmd_mark_cancelable(cmd, issue_flags);
+	req = ss_submit_uring(ctx, &ur, cmd);
+	if (IS_ERR(req)) {
+		io_uring_cmd_done(cmd, PTR_ERR(req), issue_flags);
+		return -EIOCBQUEUED;
+	}
+	/* What the socket takes now goes out here; the CQE comes as task work. */
+	ss_submit_send(req);
+	ss_req_put(req);
+	return -EIOCBQUEUED;
+}

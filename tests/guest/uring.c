@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * io_uring commands (stablesend_prep_uring()): 64 requests submitted in one
+ * io_uring_enter() carry the file as it was when that call returned, not
+ * the write that follows; one CQE each with its bytes; every errno of a
+ * submission in the CQE; with NOTIFY_RELEASE the CQE waits for the pages
+ * and then the memory is back; a cancel by user_data; a ring closed, and
+ * a submitter killed, with requests stuck on a peer that does not read
+ * end them and give everything back; a fixed file, an SQE128 ring and an
+ * SQPOLL ring.
+ * compat32: yes
+ * test-timeout: 240
+ */
+#include "uring.h"
+#include <pthread.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stablesend.h>
+#include <sys/wait.h>
+
+#define NBATCH	64
+#define CHUNK	65536
+
+static unsigned char pat(size_t pos)
+{
+	return (unsigned char)(pos * 13 + pos / 509 + 1);
+}
+
+struct reader {
+	int fd;
+	unsigned char *buf;
+	size_t len, got;
+};
+
+static void *reader_fn(void *arg)
+{
+	struct reader *r = arg;
+
+	r->got = read_full(r->fd, r->buf, r->len);
+	return NULL;
+}
+
+/* One SQE for @req on @dev (@sqe_flags: IOSQE_*), submitted alone. */
+static int submit_one(struct ring *r, int dev, const struct stablesend_req *req,
+		      __u64 ud, unsigned int sqe_flags)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+
+	REQUIRE(sqe, "SQ ring full");
+	stablesend_prep_uring(sqe, dev, req);
+	sqe->user_data = ud;
+	sqe->flags = sqe_flags;
+	return ring_submit(r, 0);
+}
+
+/* The CQE of the one request in flight: its res, or -ETIME as "none". */
+static int cqe_res(struct ring *r, __u64 ud, int timeout_ms)
+{
+	struct io_uring_cqe cqe;
+
+	if (ring_wait(r, &cqe, timeout_ms))
+		return -ETIME;
+	CHECK(cqe.user_data == ud, "CQE user_data %llu, want %llu",
+	      (unsigned long long)cqe.user_data, (unsigned long long)ud);
+	CHECK(!(cqe.flags & IORING_CQE_F_MORE), "one CQE per command");
+	return cqe.res;
+}
+
+static void features(void)
+{
+	struct stablesend_setup s = { .eventfd = -1 };
+	struct stablesend *ss;
+	int dev = ss_dev();
+
+	REQUIRE(ioctl(dev, STABLESEND_IOC_SETUP, &s) == 0, "SETUP");
+	REQUIRE(s.features & STABLESEND_FEAT_URING,
+		"the module does not report STABLESEND_FEAT_URING (features %#llx)",
+		(unsigned long long)s.features);
+	close(dev);
+	/* What the library (and so "stablesend status") reports. */
+	ss = stablesend_open(-1, 0);
+	REQUIRE(ss, "stablesend_open");
+	CHECK(stablesend_features(ss) & STABLESEND_FEAT_URING, "library: no FEAT_URING");
+	CHECK(stablesend_feature_name(STABLESEND_FEAT_URING) &&
+	      !strcmp(stablesend_feature_name(STABLESEND_FEAT_URING), "uring"),
+	      "library: feature name");
+	stablesend_close(ss);
+}
+
+/*
+ * The snapshot: 64 requests in one io_uring_enter(), the whole file
+ * overwritten as soon as it returns; the peer gets the old content.
+ */
+static void batch_snapshot(unsigned int ring_flags, const char *what)
+{
+	bool sqpoll = ring_flags & IORING_SETUP_SQPOLL;
+	size_t len = (size_t)NBATCH * CHUNK, i;
+	static struct stablesend_req reqs[NBATCH];
+	unsigned char *junk = malloc(len);
+	struct reader rd = { .len = len };
+	int dev = ss_dev(), file, c, s, n, seen[NBATCH] = { 0 };
+	struct ring r;
+	pthread_t t;
+
+	REQUIRE(!ring_init(&r, 2 * NBATCH, ring_flags), "io_uring_setup (%s)", what);
+	file = file_with_pattern(len, pat);
+	tcp_pair(AF_INET, &c, &s);
+	rd.fd = s;
+	rd.buf = malloc(len);
+	REQUIRE(junk && rd.buf, "malloc");
+	memset(junk, 0xee, len);
+	pthread_create(&t, NULL, reader_fn, &rd);
+	for (i = 0; i < NBATCH; i++) {
+		struct io_uring_sqe *sqe = ring_sqe(&r);
+
+		REQUIRE(sqe, "SQ ring full");
+		stablesend_prep_req(&reqs[i], file, c, i * CHUNK, CHUNK, i);
+		stablesend_prep_uring(sqe, dev, &reqs[i]);
+		sqe->user_data = 1000 + i;
+	}
+	n = ring_submit(&r, 0);
+	/*
+	 * The snapshot is taken: nothing from here on may reach the wire.
+	 * SQPOLL: io_uring's thread issues the commands when it gets to
+	 * them, so only the CQEs say the snapshot is taken.
+	 */
+	if (!sqpoll)
+		write_full(file, junk, len, 0);
+	if (sqpoll)
+		CHECK(n == 0, "%s: io_uring_enter returned %d", what, n);
+	else
+		CHECK(n == NBATCH, "%s: io_uring_enter submitted %d of %d", what, n, NBATCH);
+	for (i = 0; i < NBATCH; i++) {
+		struct io_uring_cqe cqe;
+
+		if (ring_wait(&r, &cqe, 30000 * ss_debug_scale(4))) {
+			CHECK(0, "%s: %zu of %d CQEs", what, i, NBATCH);
+			break;
+		}
+		CHECK(cqe.user_data >= 1000 && cqe.user_data < 1000 + NBATCH &&
+		      !seen[cqe.user_data - 1000]++, "%s: CQE user_data %llu", what,
+		      (unsigned long long)cqe.user_data);
+		CHECK(cqe.res == CHUNK, "%s: CQE res %d, want %d", what, cqe.res, CHUNK);
+	}
+	/* SQPOLL: the CQEs are in: bytes still in the socket stay as they were. */
+	if (sqpoll)
+		write_full(file, junk, len, 0);
+	pthread_join(t, NULL);
+	CHECK(rd.got == len, "%s: the peer got %zu of %zu bytes", what, rd.got, len);
+	i = pattern_mismatch(rd.buf, rd.got, 0, pat);
+	CHECK(i == rd.got, "%s: byte %zu is %#x, the file's was %#x at submission%s",
+	      what, i, rd.buf[i], pat(i), rd.buf[i] == 0xee ? " (a later write's)" : "");
+	ring_exit(&r);
+	close(c);
+	close(s);
+	close(file);
+	close(dev);
+	free(junk);
+	free(rd.buf);
+}
+
+struct errcase {
+	const char *what;
+	int want;
+};
+
+static void expect(struct ring *r, int dev, struct stablesend_req *req,
+		   const struct errcase *ec)
+{
+	int res;
+
+	REQUIRE(submit_one(r, dev, req, 7, 0) == 1, "io_uring_enter");
+	res = cqe_res(r, 7, 10000);
+	CHECK(res == ec->want, "%s: CQE res %d (%s), want %d (%s)", ec->what, res,
+	      strerror(-res), ec->want, strerror(-ec->want));
+}
+
+static void errnos(void)
+{
+	int dev = ss_dev(), small = ss_dev(), file = temp_file(8192, 'x');
+	int c, s, u, wo, dir, udp, lone, half, hs;
+	struct stablesend_counters cnt;
+	struct io_uring_sqe *sqe;
+	struct stablesend_req q;
+	struct ring r;
+	char name[64];
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	REQUIRE(ss_setup(small, -1, 65536) == 0, "SETUP 64 KiB");
+	tcp_pair(AF_INET, &c, &s);
+	tcp_pair(AF_INET, &half, &hs);
+	shutdown(half, SHUT_WR);
+	snprintf(name, sizeof(name), "/proc/self/fd/%d", file);
+	wo = open(name, O_WRONLY);
+	dir = open("/", O_RDONLY | O_DIRECTORY);
+	udp = socket(AF_INET, SOCK_DGRAM, 0);
+	lone = socket(AF_INET, SOCK_STREAM, 0);
+	u = c;
+	REQUIRE(wo >= 0 && dir >= 0 && udp >= 0 && lone >= 0, "fds");
+
+#define CASE(fd, what, want, ...) do {					\
+		struct errcase ec = { what, want };			\
+		q = ss_req(file, u, 0, 4096, 7);			\
+		__VA_ARGS__;						\
+		expect(&r, fd, &q, &ec);				\
+	} while (0)
+	CASE(dev, "file_fd -1", -EBADF, q.file_fd = -1);
+	CASE(dev, "write-only file", -EBADF, q.file_fd = wo);
+	CASE(dev, "a directory", -EINVAL, q.file_fd = dir);
+	CASE(dev, "sock_fd a file", -ENOTSOCK, q.sock_fd = file);
+	CASE(dev, "UDP", -EOPNOTSUPP, q.sock_fd = udp);
+	CASE(dev, "not connected", -ENOTCONN, q.sock_fd = lone);
+	CASE(dev, "shut down for writing", -EPIPE, q.sock_fd = half);
+	CASE(dev, "offset at EOF", -ENODATA, q.offset = 8192);
+	CASE(dev, "offset overflow", -EINVAL, q.offset = ~0ULL - 100);
+	CASE(dev, "no byte", -EINVAL, q.len = 0);
+	CASE(dev, "reserved", -EINVAL, q.reserved = 1);
+	CASE(dev, "unknown flag", -EINVAL, q.flags = 1u << 9);
+	CASE(dev, "head_len too big", -EINVAL, q.head_len = STABLESEND_HDTR_MAX + 1;
+	     q.head = (uintptr_t)name);
+	CASE(dev, "bad head pointer", -EFAULT, q.head_len = 16; q.head = 16);
+	CASE(small, "larger than the limit", -EMSGSIZE, q.len = 1 << 20;
+	     close(file); file = temp_file(1 << 20, 'y'); q.file_fd = file);
+#undef CASE
+
+	/* The command area and the SQE. */
+	q = ss_req(file, c, 0, 4096, 7);
+	sqe = ring_sqe(&r);
+	stablesend_prep_uring(sqe, dev, &q);
+	sqe->cmd_op = 0x1234;
+	sqe->user_data = 7;
+	ring_submit(&r, 0);
+	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "unknown cmd_op");
+	sqe = ring_sqe(&r);
+	stablesend_prep_uring(sqe, dev, &q);
+	((struct stablesend_uring_cmd *)sqe->cmd)->flags = 1;
+	sqe->user_data = 7;
+	ring_submit(&r, 0);
+	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "command area flags");
+	sqe = ring_sqe(&r);
+	stablesend_prep_uring(sqe, dev, &q);
+	((struct stablesend_uring_cmd *)sqe->cmd)->reserved = 1;
+	sqe->user_data = 7;
+	ring_submit(&r, 0);
+	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "command area reserved");
+	sqe = ring_sqe(&r);
+	stablesend_prep_uring(sqe, dev, &q);
+	((struct stablesend_uring_cmd *)sqe->cmd)->req = 4096;
+	sqe->user_data = 7;
+	ring_submit(&r, 0);
+	CHECK(cqe_res(&r, 7, 10000) == -EFAULT, "request pointer unmapped");
+	/* Not the device: io_uring refuses a command on a file without ->uring_cmd. */
+	sqe = ring_sqe(&r);
+	stablesend_prep_uring(sqe, file, &q);
+	sqe->user_data = 7;
+	ring_submit(&r, 0);
+	CHECK(cqe_res(&r, 7, 10000) == -EOPNOTSUPP, "a command on a regular file");
+
+	/* Nothing failed left a trace: no memory held, nothing counted. */
+	ss_counters(dev, &cnt);
+	CHECK(cnt.submitted == 0 && cnt.mem_in_use == 0,
+	      "after failures: %llu submitted, %llu bytes in use",
+	      (unsigned long long)cnt.submitted, (unsigned long long)cnt.mem_in_use);
+
+	/* A good one on the same ring still goes. */
+	q = ss_req(file, c, 0, 4096, 7);
+	CHECK(submit_one(&r, dev, &q, 8, 0) == 1, "io_uring_enter");
+	CHECK(cqe_res(&r, 8, 10000) == 4096, "a good request after the errors");
+	ring_exit(&r);
+	close(c);
+	close(s);
+	close(half);
+	close(hs);
+	close(wo);
+	close(dir);
+	close(udp);
+	close(lone);
+	close(file);
+	close(small);
+	close(dev);
+}
+
+/*
+ * The open's memory limit: the command does not wait, its CQE says
+ * EAGAIN; once the peer reads, the same request goes.
+ */
+static void eagain(void)
+{
+	int dev = ss_dev(), file = temp_file(1 << 20, 'm'), a, b, i, res = 0;
+	int pending = 0, late = 0;
+	size_t want = 0, got = 0;
+	struct stablesend_req q[8];
+	struct io_uring_cqe cqe;
+	char *buf = malloc(8 << 20);
+	struct ring r;
+
+	REQUIRE(buf, "malloc");
+	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	REQUIRE(!ring_init(&r, 16, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	for (i = 0; i < 8; i++) {
+		q[i] = ss_req(file, a, 0, 256 << 10, i);
+		REQUIRE(submit_one(&r, dev, &q[i], i, 0) == 1, "io_uring_enter");
+		res = cqe_res(&r, i, 300);
+		if (res == -EAGAIN)
+			break;
+		CHECK(res == -ETIME || res == 256 << 10, "request %d: %d", i, res);
+		want += 256 << 10;
+		pending += res == -ETIME;
+	}
+	CHECK(res == -EAGAIN, "a 1 MiB limit took 8 requests of 256 KiB (last %d)", res);
+	CHECK(i >= 2, "EAGAIN after %d requests of 256 KiB under a 1 MiB limit", i);
+	while (got < want) {
+		ssize_t n = read(b, buf + got, (8 << 20) - got);
+
+		if (n <= 0)
+			break;
+		got += n;
+	}
+	CHECK(got == want, "the peer got %zu of %zu", got, want);
+	while (late < pending && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4))) {
+		CHECK(cqe.res == 256 << 10, "late CQE %d", cqe.res);
+		late++;
+	}
+	CHECK(late == pending, "%d of %d parked commands completed", late, pending);
+	ring_exit(&r);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+/* With NOTIFY_RELEASE the CQE waits for the pages; then they are back. */
+static void release_cqe(void)
+{
+	int dev = ss_dev(), file = file_with_pattern(CHUNK, pat), c, s, res;
+	unsigned char *buf = malloc(CHUNK);
+	struct stablesend_counters cnt;
+	struct stablesend_req q;
+	struct ring r;
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	tcp_pair(AF_INET, &c, &s);
+	/* Control: without it the CQE comes although nobody reads. */
+	q = ss_req(file, c, 0, CHUNK, 1);
+	REQUIRE(submit_one(&r, dev, &q, 1, 0) == 1, "io_uring_enter");
+	res = cqe_res(&r, 1, 5000 * ss_debug_scale(4));
+	CHECK(res == CHUNK, "without NOTIFY_RELEASE: CQE %d while the peer does not read", res);
+	CHECK(read_full(s, buf, CHUNK) == CHUNK, "read");
+
+	q = ss_req(file, c, 0, CHUNK, 2);
+	q.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+	REQUIRE(submit_one(&r, dev, &q, 2, 0) == 1, "io_uring_enter");
+	res = cqe_res(&r, 2, 700);
+	CHECK(res == -ETIME, "NOTIFY_RELEASE: CQE %d while the peer still holds the pages", res);
+	ss_counters(dev, &cnt);
+	CHECK(cnt.mem_in_use > 0, "the pages are held: %llu bytes in use",
+	      (unsigned long long)cnt.mem_in_use);
+	CHECK(read_full(s, buf, CHUNK) == CHUNK, "read");
+	CHECK(pattern_mismatch(buf, CHUNK, 0, pat) == CHUNK, "payload");
+	if (res == -ETIME) {
+		res = cqe_res(&r, 2, 10000 * ss_debug_scale(4));
+		CHECK(res == CHUNK, "NOTIFY_RELEASE: CQE %d after the peer read", res);
+	}
+	ss_counters(dev, &cnt);
+	CHECK(cnt.mem_in_use == 0, "after the CQE: %llu bytes still in use",
+	      (unsigned long long)cnt.mem_in_use);
+	ring_exit(&r);
+	close(c);
+	close(s);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+/* A command that has not started is cancelled by its user_data. */
+static void cancel(void)
+{
+	int dev = ss_dev(), file = temp_file(4 << 20, 'c'), a, b, res;
+	struct stablesend_req q1, q2;
+	__u64 ud = 2;
+	struct ring r;
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	q1 = ss_req(file, a, 0, 4 << 20, 1);
+	q2 = ss_req(file, a, 0, 4096, 2);
+	REQUIRE(submit_one(&r, dev, &q1, 1, 0) == 1, "io_uring_enter");
+	REQUIRE(submit_one(&r, dev, &q2, 2, 0) == 1, "io_uring_enter");
+	CHECK(ioctl(dev, STABLESEND_IOC_CANCEL, &ud) == 1, "CANCEL took none");
+	res = cqe_res(&r, 2, 5000);
+	CHECK(res == -ECANCELED, "the cancelled command's CQE: %d", res);
+	/* The first goes on to the end once the peer reads. */
+	{
+		char *buf = malloc(4 << 20);
+
+		CHECK(read_full(b, buf, 4 << 20) == 4 << 20, "read");
+		free(buf);
+	}
+	res = cqe_res(&r, 1, 10000 * ss_debug_scale(4));
+	CHECK(res == 4 << 20, "the first command's CQE: %d", res);
+	ring_exit(&r);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+}
+
+/*
+ * A ring closed with a command parked on a peer that does not read (and
+ * one queued behind it): both end at once, and once the peer goes too,
+ * every page and the open come back.
+ */
+static void ring_closed(long long base)
+{
+	int dev = ss_dev(), file = temp_file(4 << 20, 'r'), a, b;
+	struct stablesend_counters cnt;
+	struct stablesend_req q1, q2;
+	double end;
+	struct ring r;
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	q1 = ss_req(file, a, 0, 4 << 20, 1);
+	q2 = ss_req(file, a, 0, 4096, 2);
+	REQUIRE(submit_one(&r, dev, &q1, 1, 0) == 1, "io_uring_enter");
+	REQUIRE(submit_one(&r, dev, &q2, 2, 0) == 1, "io_uring_enter");
+	ring_exit(&r);
+	end = now_s() + 10 * ss_debug_scale(4);
+	do {
+		usleep(20000);
+		ss_counters(dev, &cnt);
+	} while (cnt.completed < 2 && now_s() < end);
+	CHECK(cnt.completed == 2 && cnt.cancelled >= 1,
+	      "ring closed: %llu of 2 commands ended, %llu cancelled",
+	      (unsigned long long)cnt.completed, (unsigned long long)cnt.cancelled);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+	CHECK(ss_drained(10 * ss_debug_scale(4)), "pages still in flight: %lld requests",
+	      ss_stat("requests_in_flight"));
+	CHECK(ss_stat_wait("contexts", base, 10 * ss_debug_scale(4)) == base,
+	      "opens not freed: %lld, want %lld", ss_stat("contexts"), base);
+}
+
+/*
+ * The submitter killed, or exec()ing, with commands stuck on a peer we
+ * hold (exec waits for every io_uring request of the task): it goes at
+ * once, and all comes back.  @ring_flags: IORING_SETUP_SQPOLL, whose
+ * thread cancels its requests itself when killed.
+ */
+static void gone(long long base, unsigned int ring_flags, int exec_it)
+{
+	const char *what = exec_it ? "exec" : ring_flags ? "killed (SQPOLL)" : "killed";
+	int a, b, file = temp_file(4 << 20, 'k'), status, reaped;
+	double t0;
+	pid_t pid;
+
+	unix_pair(&a, &b);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		int dev = ss_dev();
+		struct stablesend_req q1 = ss_req(file, a, 0, 4 << 20, 1);
+		struct stablesend_req q2 = ss_req(file, a, 0, 4096, 2);
+		struct io_uring_cqe cqe;
+		struct ring r;
+
+		if (ring_init(&r, 8, ring_flags) || submit_one(&r, dev, &q1, 1, 0) < 0 ||
+		    submit_one(&r, dev, &q2, 2, 0) < 0)
+			_exit(3);
+		/* SQPOLL: until its thread took both (no CQE: they are stuck). */
+		ring_wait(&r, &cqe, 300);
+		if (exec_it) {
+			execl("/proc/self/exe", "uring", "--exit", (char *)NULL);
+			_exit(4);
+		}
+		pause();
+		_exit(0);
+	}
+	/* Until the first command filled the socket. */
+	t0 = now_s();
+	while (ss_stat("requests_in_flight") < 1 && now_s() < t0 + 10)
+		usleep(10000);
+	usleep(200000);
+	if (!exec_it)
+		kill(pid, SIGKILL);
+	t0 = now_s();
+	while (!(reaped = waitpid(pid, &status, WNOHANG) == pid) &&
+	       now_s() < t0 + 15 * ss_debug_scale(4))
+		usleep(20000);
+	CHECK(reaped, "%s: the child is still there after %.0f s", what, now_s() - t0);
+	if (!reaped) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	if (exec_it)
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exec: the new program exited %#x",
+		      status);
+	else
+		CHECK(WIFSIGNALED(status), "%s: the child exited %#x before it was killed", what,
+		      status);
+	close(a);
+	close(b);
+	close(file);
+	CHECK(ss_drained(10 * ss_debug_scale(4)), "%s: pages still in flight: %lld requests",
+	      what, ss_stat("requests_in_flight"));
+	CHECK(ss_stat_wait("contexts", base, 10 * ss_debug_scale(4)) == base,
+	      "%s: opens not freed: %lld, want %lld", what, ss_stat("contexts"), base);
+}
+
+struct canceller {
+	int dev;
+	atomic_int stop;
+	long hits;
+};
+
+static void *cancel_loop(void *arg)
+{
+	struct canceller *c = arg;
+	__u64 ud = 2;
+
+	while (!atomic_load(&c->stop)) {
+		int n = ioctl(c->dev, STABLESEND_IOC_CANCEL, &ud);
+
+		if (n > 0)
+			c->hits += n;
+	}
+	return NULL;
+}
+
+/*
+ * Commands issued from io_uring's workers (IOSQE_ASYNC) while another
+ * thread cancels them as they are queued: each gets one CQE, nothing is
+ * touched after it is gone (KASAN on the debug kernel).
+ */
+static void async_issue(void)
+{
+	int dev = ss_dev(), file = temp_file(1 << 20, 'a'), a, b, i, n = 0, cancelled = 0;
+	struct canceller cl = { .dev = dev };
+	struct stablesend_req q1, q2[64];
+	struct io_uring_cqe cqe;
+	char *buf = malloc(1 << 20);
+	struct ring r;
+	pthread_t t;
+
+	REQUIRE(!ring_init(&r, 128, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	/* Parked ahead of the others, so they stay queued. */
+	q1 = ss_req(file, a, 0, 1 << 20, 1);
+	REQUIRE(submit_one(&r, dev, &q1, 1, 0) == 1, "io_uring_enter");
+	pthread_create(&t, NULL, cancel_loop, &cl);
+	for (i = 0; i < 64; i++) {
+		struct io_uring_sqe *sqe = ring_sqe(&r);
+
+		REQUIRE(sqe, "SQ ring full");
+		q2[i] = ss_req(file, a, 0, 4096, 2);
+		stablesend_prep_uring(sqe, dev, &q2[i]);
+		sqe->flags = IOSQE_ASYNC;
+		sqe->user_data = 2;
+	}
+	CHECK(ring_submit(&r, 0) == 64, "io_uring_enter");
+	while (n < 64 && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4))) {
+		CHECK(cqe.user_data == 2 && (cqe.res == -ECANCELED || cqe.res == 4096),
+		      "IOSQE_ASYNC: CQE %llu %d", (unsigned long long)cqe.user_data, cqe.res);
+		cancelled += cqe.res == -ECANCELED;
+		n++;
+	}
+	atomic_store(&cl.stop, 1);
+	pthread_join(t, NULL);
+	CHECK(n == 64, "IOSQE_ASYNC: %d of 64 CQEs", n);
+	CHECK(cancelled == cl.hits, "%d cancelled CQEs, %ld cancelled by the ioctl", cancelled,
+	      cl.hits);
+	CHECK(read_full(b, buf, 1 << 20) == 1 << 20, "read");
+	CHECK(!ring_wait(&r, &cqe, 10000 * ss_debug_scale(4)) && cqe.res == 1 << 20,
+	      "the first command's CQE");
+	ring_exit(&r);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+/* The device fd as a registered file. */
+static void fixed_file(void)
+{
+	int dev = ss_dev(), file = file_with_pattern(CHUNK, pat), c, s, res;
+	unsigned char *buf = malloc(CHUNK);
+	struct stablesend_req q;
+	struct ring r;
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	REQUIRE(syscall(__NR_io_uring_register, r.fd, IORING_REGISTER_FILES, &dev, 1) == 0,
+		"IORING_REGISTER_FILES");
+	tcp_pair(AF_INET, &c, &s);
+	q = ss_req(file, c, 0, CHUNK, 1);
+	REQUIRE(submit_one(&r, 0, &q, 1, IOSQE_FIXED_FILE) == 1, "io_uring_enter");
+	res = cqe_res(&r, 1, 10000);
+	CHECK(res == CHUNK, "fixed file: CQE %d", res);
+	CHECK(read_full(s, buf, CHUNK) == CHUNK && pattern_mismatch(buf, CHUNK, 0, pat) == CHUNK,
+	      "fixed file: payload");
+	ring_exit(&r);
+	close(c);
+	close(s);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+int main(int argc, char **argv)
+{
+	long long base;
+
+	if (argc > 1 && !strcmp(argv[1], "--exit"))
+		return 0;	/* gone(): the program an exec brings */
+	base = ss_contexts_baseline();
+
+	features();
+	batch_snapshot(0, "64-byte SQEs");
+	batch_snapshot(IORING_SETUP_SQE128, "SQE128 ring");
+	errnos();
+	eagain();
+	release_cqe();
+	cancel();
+	fixed_file();
+	async_issue();
+	ring_closed(base);
+	gone(base, 0, 0);
+	gone(base, IORING_SETUP_SQPOLL, 0);
+	gone(base, 0, 1);
+	batch_snapshot(IORING_SETUP_SQPOLL, "SQPOLL ring");
+	return test_result();
+}
