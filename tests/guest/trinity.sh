@@ -42,8 +42,7 @@ check() {
 		fail=1
 	elif [ -z "$ran" ]; then
 		tail -n 30 trinity.log
-		grep -qiE "couldn't|can't|cannot|No files" trinity.log &&
-			{ echo "trinity cannot run here"; exit 77; }
+		# Not a skip: whatever stopped it (no fds, no user) is ours to fix.
 		echo "FAIL: trinity exited ($rc) without running its syscalls"
 		fail=1
 	fi

@@ -39,7 +39,7 @@
 
 /* NAME@userns: in a new user + network namespace, as its root (a container). */
 static const char *const tests[] = {
-	"badinput", "completions", "faults", "sync-signal", "under-fire",
+	"badinput", "completions", "faults", "sync-signal", "under-fire", "uring",
 	"sockets@userns",
 };
 
