@@ -7,7 +7,7 @@
  * SETUP, SUBMIT of one small request, of a multi-page framed one, of a
  * batch of four, synchronous SEND, CANCEL, read of records, close of the
  * device with requests queued, shutdown + close of a socket with requests
- * in flight.  Every injected failure must give a documented errno (or
+ * in flight, an io_uring command (its io_uring_enter() and its CQE).  Every injected failure must give a documented errno (or
  * success); an accepted request gets exactly one SENT record with its
  * full size (and RELEASED when asked); the peer receives exactly the bytes
  * of the accepted requests, in order; afterwards the same open still works
@@ -23,6 +23,8 @@
  * test-timeout: 900
  */
 #include "stress.h"
+#include "uring.h"
+#include <stablesend.h>
 #include <linux/sockios.h>
 #include <sys/eventfd.h>
 
@@ -125,6 +127,7 @@ static const struct tmpl batch[4] = {
 static const struct tmpl sync_t = { 4096, 40 << 10, 20, 20, STABLESEND_REQ_NOTIFY_RELEASE };
 static const struct tmpl clean = { 777, 5000, 3, 3, STABLESEND_REQ_NOTIFY_RELEASE };
 static const struct tmpl big = { 0, 512 << 10, 0, 0, 0 };	/* stalls a small socket */
+static const struct tmpl ring_t = { 1234, 200 << 10, 100, 50, 0 };	/* CQE only */
 
 static struct stablesend_req mkreq(const struct tmpl *t, int sock, uint64_t ud)
 {
@@ -663,6 +666,60 @@ static int op_close_sock(int n, struct stats *st)
 	return hit;
 }
 
+/*
+ * An io_uring command issued inline under fault @n: io_uring_enter() fails
+ * cleanly (its SQE is then submitted again) or the CQE carries a clean
+ * errno (the request is then submitted again) or the whole size; no
+ * record is queued either way and the peer gets the bytes once.
+ */
+static int op_uring(int n, struct stats *st)
+{
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe cqe;
+	struct stablesend_req r;
+	struct ring ring;
+	int ret, hit, res = 0;
+	struct env e;
+
+	env_open(&e, n % 2, 0);
+	REQUIRE(!ring_init(&ring, 4, 0), "io_uring_setup");
+	r = mkreq(&ring_t, e.c, 0);
+	sqe = ring_sqe(&ring);
+	stablesend_prep_uring(sqe, e.dev, &r);
+	sqe->user_data = 5;
+	inject(n);
+	ret = ring_submit(&ring, 0);
+	hit = injected();
+	if (ret != 1) {
+		CHECK(ret < 0 && (clean_errno(-ret) || ret == -EAGAIN),
+		      "io_uring, fault %d: io_uring_enter returned %d", n, ret);
+		st->failed++;
+		/* The SQE is still on the ring. */
+		CHECK(syscall(__NR_io_uring_enter, ring.fd, 1, 0, 0, NULL, 0) == 1,
+		      "io_uring, fault %d: submitting again", n);
+	} else if ((res = ring_wait(&ring, &cqe, 10000) ? -ETIME : cqe.res) !=
+		   (int)tsize(&ring_t)) {
+		CHECK(res < 0 && clean_errno(-res), "io_uring, fault %d: CQE %d", n, res);
+		st->failed++;
+		sqe = ring_sqe(&ring);
+		stablesend_prep_uring(sqe, e.dev, &r);
+		sqe->user_data = 5;
+		CHECK(ring_submit(&ring, 0) == 1, "io_uring, fault %d: submitting again", n);
+	} else {
+		st->succeeded++;
+	}
+	if (res != (int)tsize(&ring_t)) {
+		res = ring_wait(&ring, &cqe, 10000) ? -ETIME : cqe.res;
+		CHECK(res == (int)tsize(&ring_t), "io_uring, fault %d: the request again: CQE %d",
+		      n, res);
+	}
+	check_done(&e, "io_uring", &ring_t, 1, 0, 1);
+	ring_exit(&ring);
+	check_works(&e, "io_uring");
+	env_close(&e);
+	return hit;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(int n, struct stats *st);
@@ -676,6 +733,7 @@ static const struct {
 	{ "read of records", op_read },
 	{ "close of device, requests queued", op_close_dev },
 	{ "shutdown+close of socket, requests in flight", op_close_sock },
+	{ "io_uring command", op_uring },
 };
 
 /* --- transmit path: a share of all skb allocations fail ------------------- */
