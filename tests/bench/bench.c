@@ -50,6 +50,7 @@
 #include <linux/stablesend.h>
 #ifdef HAVE_LIBURING
 #include <liburing.h>
+#include <stablesend.h>		/* stablesend_prep_uring(), inline */
 #endif
 
 #ifndef SO_ZEROCOPY
@@ -74,10 +75,10 @@ typedef unsigned long long u64;
 /* methods, transports, sizes                                          */
 
 enum { M_PREAD, M_SENDFILE, M_SPLICE, M_ZC, M_URING, M_SS_SYNC, M_SS_ASYNC,
-       NMETH };
+       M_SS_URING, NMETH };
 static const char *const mname[NMETH] = {
 	"pread+send", "sendfile", "splice", "pread+zerocopy", "io_uring-zc",
-	"stablesend-sync", "stablesend-async",
+	"stablesend-sync", "stablesend-async", "stablesend-uring",
 };
 
 enum { T_LO, T_VETH, T_UNIX, NTRANS };
@@ -133,6 +134,7 @@ static struct {
 	u64 budget_small;	/* bytes per cell, 4 KiB requests */
 	u64 file_size;
 	u64 limit;		/* stablesend memory limit, 0: module default */
+	int uring_release;	/* stablesend-uring: CQEs at RELEASED, depth by memory */
 	int verbose;
 } opt = {
 	.runs = 3,
@@ -561,7 +563,7 @@ static void conn_wait(struct conn *c)
 /* cells                                                               */
 
 static int file_fd;
-static int have_ss, ss_feat_ok;
+static int have_ss, ss_feat_ok, ss_uring_ok;
 static u64 ss_limit;	/* in force */
 static int have_uring;
 
@@ -988,7 +990,13 @@ static void m_uring(struct cell *cl)
 #endif
 
 /* stablesend: one open per (transport, size, mode), kept for the whole transport. */
-static int ss_fds[NSIZES][2];
+static int ss_fds[NSIZES][3];
+
+/* Which of a size's opens: SEND, SUBMIT or the ring. */
+static int ss_slot(int method)
+{
+	return method == M_SS_SYNC ? 0 : method == M_SS_ASYNC ? 1 : 2;
+}
 
 static int ss_open_ctx(void)
 {
@@ -1005,7 +1013,7 @@ static int ss_open_ctx(void)
 
 static int ss_ctx(struct cell *cl)
 {
-	int *fd = &ss_fds[cl->si][cl->method == M_SS_ASYNC];
+	int *fd = &ss_fds[cl->si][ss_slot(cl->method)];
 
 	if (*fd < 0)
 		*fd = ss_open_ctx();
@@ -1019,8 +1027,8 @@ static int ss_ctx(struct cell *cl)
  */
 static void ss_peak(struct cell *cl, int fd)
 {
-	static unsigned long long seen_cancelled[NSIZES][2];
-	unsigned long long *sc = &seen_cancelled[cl->si][cl->method == M_SS_ASYNC];
+	static unsigned long long seen_cancelled[NSIZES][3];
+	unsigned long long *sc = &seen_cancelled[cl->si][ss_slot(cl->method)];
 	struct stablesend_counters c;
 
 	if (ioctl(fd, STABLESEND_IOC_COUNTERS, &c))
@@ -1151,6 +1159,90 @@ static void m_ss_async(struct cell *cl)
 	ss_peak(cl, fd);
 }
 
+#ifdef HAVE_LIBURING
+/*
+ * stablesend on the application's own ring (stablesend_prep_uring()), the
+ * way an io_uring server writes it: as many requests in flight as
+ * stablesend-async keeps, a batch of SQEs per io_uring_submit(), CQEs
+ * reaped as they come.  A command never waits for memory: after a CQE
+ * that says EAGAIN the loop waits for POLLOUT on the device (64 KiB free,
+ * or 100 ms) and submits it again.
+ */
+static void m_ss_uring(struct cell *cl)
+{
+	int fd = ss_ctx(cl);
+	u64 depth = 2 * ss_limit / cl->size, issued = 0, inflight = 0;
+	struct stablesend_req *reqs;
+	struct io_uring ring;
+	unsigned int batch;
+	int full = 0, ret;
+
+	if (opt.uring_release)	/* a CQE is memory back: never more than fits */
+		depth = ss_limit / cl->size ? ss_limit / cl->size : 1;
+	else if (depth < 4)
+		depth = 4;
+	if (depth > 256)
+		depth = 256;
+	batch = depth / 2 > SS_BATCH_MAX ? SS_BATCH_MAX : depth / 2 ? depth / 2 : 1;
+	reqs = calloc(batch, sizeof(*reqs));
+	if (!reqs || uring_init(&ring, 2 * depth))
+		die("io_uring for stablesend-uring");
+	while (issued < cl->nreq || inflight) {
+		struct io_uring_cqe *cqe;
+		unsigned int head, seen = 0, j;
+		u64 n = cl->nreq - issued;
+
+		if (n > batch)
+			n = batch;
+		if (n > depth - inflight)
+			n = depth - inflight;
+		if (full) {
+			/* As documented: POLLOUT on the device once 64 KiB are free. */
+			poll(&(struct pollfd){ .fd = fd, .events = POLLOUT }, 1, 100);
+			full = 0;
+		}
+		/* The requests are read when io_uring_submit() issues them. */
+		for (j = 0; j < n; j++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+
+			stablesend_prep_req(&reqs[j], file_fd, cl->c->sock, cell_off(cl),
+					    cl->size, issued + j);
+			if (opt.uring_release)
+				reqs[j].flags = STABLESEND_REQ_NOTIFY_RELEASE;
+			stablesend_prep_uring(sqe, fd, &reqs[j]);
+			sqe->user_data = issued + j;
+		}
+		issued += n;
+		inflight += n;
+		ret = io_uring_submit_and_wait(&ring, n ? 0 : 1);
+		if (ret < 0 && ret != -EINTR) {
+			errno = -ret;
+			die("io_uring_submit_and_wait");
+		}
+		full = 0;
+		io_uring_for_each_cqe(&ring, head, cqe) {
+			seen++;
+			inflight--;
+			if (cqe->res == -EAGAIN) {
+				/* At the memory limit: again once memory is free. */
+				issued--;
+				full = 1;
+				continue;
+			}
+			if (cqe->res != (int)cl->size) {
+				errno = cqe->res < 0 ? -cqe->res : EIO;
+				die("stablesend-uring: request %llu of %llu (%llu in flight): CQE res %d",
+				    (u64)cqe->user_data, cl->nreq, inflight, cqe->res);
+			}
+		}
+		io_uring_cq_advance(&ring, seen);
+	}
+	io_uring_queue_exit(&ring);
+	free(reqs);
+	ss_peak(cl, fd);
+}
+#endif
+
 /*
  * --diag: where does a stablesend request spend its time?  One request per
  * call, timestamps around each call, and a thread that blocks in read() to
@@ -1274,6 +1366,11 @@ static const method_fn mfn[NMETH] = {
 	NULL,
 #endif
 	m_ss_sync, m_ss_async,
+#ifdef HAVE_LIBURING
+	m_ss_uring,
+#else
+	NULL,
+#endif
 };
 
 static const char *method_na(int m, int tr)
@@ -1298,6 +1395,15 @@ static const char *method_na(int m, int tr)
 			return "no " STABLESEND_DEVICE;
 		if (!ss_feat_ok)
 			return "module lacks SEND/SUBMIT";
+		break;
+	case M_SS_URING:
+#ifndef HAVE_LIBURING
+		return "built without liburing";
+#endif
+		if (!have_ss)
+			return "no " STABLESEND_DEVICE;
+		if (!ss_uring_ok)
+			return "module lacks STABLESEND_FEAT_URING";
 		break;
 	}
 	return NULL;
@@ -1503,6 +1609,8 @@ int main(int argc, char **argv)
 			opt.budget_small = parse_size(v);
 		else if (!strcmp(a, "--file-size"))
 			opt.file_size = parse_size(v);
+		else if (!strcmp(a, "--uring-release"))
+			opt.uring_release = atoi(v);
 		else if (!strcmp(a, "--diag"))
 			diag_mode = atoi(v);
 		else if (!strcmp(a, "--limit"))
@@ -1566,6 +1674,7 @@ int main(int argc, char **argv)
 			ss_limit = s.mem_limit;
 			ss_feat_ok = (s.features & STABLESEND_FEAT_SUBMIT) &&
 				     (s.features & STABLESEND_FEAT_SEND);
+			ss_uring_ok = !!(s.features & STABLESEND_FEAT_URING);
 			close(fd);
 		}
 	}
@@ -1609,7 +1718,8 @@ int main(int argc, char **argv)
 		if (!opt.trans[tr])
 			continue;
 		for (si = 0; si < NSIZES; si++)
-			ss_fds[si][0] = ss_fds[si][1] = -1;
+			for (i = 0; i < 3; i++)
+				ss_fds[si][i] = -1;
 		conn_open(&c, tr);
 		for (mi = 0; mi < NMETH; mi++) {
 			const char *why = method_na(mi, tr);
@@ -1638,12 +1748,10 @@ int main(int argc, char **argv)
 			}
 		}
 		conn_close(&c);
-		for (si = 0; si < NSIZES; si++) {
-			if (ss_fds[si][0] >= 0)
-				close(ss_fds[si][0]);
-			if (ss_fds[si][1] >= 0)
-				close(ss_fds[si][1]);
-		}
+		for (si = 0; si < NSIZES; si++)
+			for (i = 0; i < 3; i++)
+				if (ss_fds[si][i] >= 0)
+					close(ss_fds[si][i]);
 	}
 	if (splice_pipe[0] >= 0) {
 		close(splice_pipe[0]);

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NM 7
+#define NM 8
 static const char *const meth[NM] = {
 	"pread+send", "sendfile", "splice", "pread+zerocopy", "io_uring-zc",
-	"stablesend-sync", "stablesend-async",
+	"stablesend-sync", "stablesend-async", "stablesend-uring",
 };
-enum { PREAD, SENDFILE, SPLICE, ZC, URING, SS_SYNC, SS_ASYNC };
+enum { PREAD, SENDFILE, SPLICE, ZC, URING, SS_SYNC, SS_ASYNC, SS_URING };
 #define NT 3
 static const char *const trans[NT] = { "tcp-lo", "tcp-veth", "unix" };
 #define NS 4
@@ -328,6 +328,15 @@ static void targets(const char *k)
 			target(k, t, si, "stablesend-async vs io_uring-zc throughput",
 			       med(k, t, si, SS_ASYNC, THR) / med(k, t, si, URING, THR),
 			       1, 1.0);
+		/* Issue 16: the ring's stable send against io_uring's best and the device. */
+		for (si = 1; si < NS; si++)
+			target(k, t, si, "stablesend-uring vs io_uring-zc throughput",
+			       med(k, t, si, SS_URING, THR) / med(k, t, si, URING, THR),
+			       1, 1.0);
+		for (si = 1; si < NS; si++)
+			target(k, t, si, "stablesend-uring vs stablesend-async throughput",
+			       med(k, t, si, SS_URING, THR) / med(k, t, si, SS_ASYNC, THR),
+			       1, 1.0);
 		/* Issue 13: SEND goes out inline, no worker round trip. */
 		target(k, t, 0, "stablesend-sync vs pread+send throughput",
 		       med(k, t, 0, SS_SYNC, THR) / med(k, t, 0, PREAD, THR), 1, 1.0);
@@ -346,7 +355,7 @@ static void targets(const char *k)
 
 			if (!has_transport(k, t))
 				continue;
-			for (m = SS_SYNC; m <= SS_ASYNC; m++)
+			for (m = SS_SYNC; m <= SS_URING; m++)
 				for (si = 0; si < NS; si++) {
 					struct stat p = get(k, t, szv[si], meth[m], PEAK);
 
