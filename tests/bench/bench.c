@@ -1105,6 +1105,28 @@ static unsigned int ss_reap_some(int fd, int block, struct cell *cl)
 }
 
 /* Batched submissions, several requests in flight, completions by read/poll. */
+/*
+ * Requests a pipelined stablesend cell keeps in flight: twice what the
+ * limit holds (4 to 256), or with @by_memory (a completion means the
+ * memory is back) what it holds (1 to 256).
+ */
+static u64 ss_depth(const struct cell *cl, int by_memory)
+{
+	u64 depth = (by_memory ? 1 : 2) * ss_limit / cl->size;
+
+	if (depth < (by_memory ? 1 : 4))
+		depth = by_memory ? 1 : 4;
+	return depth > 256 ? 256 : depth;
+}
+
+/* Requests per submission: half the depth, 1 to SS_BATCH_MAX. */
+static unsigned int ss_batch(u64 depth)
+{
+	u64 b = depth / 2 ? depth / 2 : 1;
+
+	return b > SS_BATCH_MAX ? SS_BATCH_MAX : b;
+}
+
 static void m_ss_async(struct cell *cl)
 {
 	struct stablesend_req reqs[SS_BATCH_MAX];
@@ -1112,14 +1134,9 @@ static void m_ss_async(struct cell *cl)
 		.reqs = (uintptr_t)reqs, .entry_size = sizeof(reqs[0]),
 	};
 	int fd = ss_ctx(cl);
-	u64 depth = 2 * ss_limit / cl->size, issued = 0, inflight = 0;
-	unsigned int batch;
+	u64 depth = ss_depth(cl, 0), issued = 0, inflight = 0;
+	unsigned int batch = ss_batch(depth);
 
-	if (depth < 4)
-		depth = 4;
-	if (depth > 256)
-		depth = 256;
-	batch = depth / 2 > SS_BATCH_MAX ? SS_BATCH_MAX : depth / 2;
 	while (issued < cl->nreq || inflight) {
 		u64 n = cl->nreq - issued;
 
@@ -1171,19 +1188,12 @@ static void m_ss_async(struct cell *cl)
 static void m_ss_uring(struct cell *cl)
 {
 	int fd = ss_ctx(cl);
-	u64 depth = 2 * ss_limit / cl->size, issued = 0, inflight = 0;
+	u64 depth = ss_depth(cl, opt.uring_release), issued = 0, inflight = 0;
+	unsigned int batch = ss_batch(depth);
 	struct stablesend_req *reqs;
 	struct io_uring ring;
-	unsigned int batch;
 	int full = 0, ret;
 
-	if (opt.uring_release)	/* a CQE is memory back: never more than fits */
-		depth = ss_limit / cl->size ? ss_limit / cl->size : 1;
-	else if (depth < 4)
-		depth = 4;
-	if (depth > 256)
-		depth = 256;
-	batch = depth / 2 > SS_BATCH_MAX ? SS_BATCH_MAX : depth / 2 ? depth / 2 : 1;
 	reqs = calloc(batch, sizeof(*reqs));
 	if (!reqs || uring_init(&ring, 2 * depth))
 		die("io_uring for stablesend-uring");

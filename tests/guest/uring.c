@@ -176,12 +176,36 @@ static void expect(struct ring *r, int dev, struct stablesend_req *req,
 	      strerror(-res), ec->want, strerror(-ec->want));
 }
 
+enum sqe_fault { NO_FAULT, BAD_OP, AREA_FLAGS, AREA_RESERVED, BAD_POINTER };
+
+/* One SQE for @q on @fd, spoilt as @fault says: its CQE must be @want. */
+static void sqe_case(struct ring *r, int fd, struct stablesend_req *q,
+		     enum sqe_fault fault, int want, const char *what)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+	struct stablesend_uring_cmd *area = (struct stablesend_uring_cmd *)sqe->cmd;
+	int res;
+
+	stablesend_prep_uring(sqe, fd, q);
+	if (fault == BAD_OP)
+		sqe->cmd_op = 0x1234;
+	else if (fault == AREA_FLAGS)
+		area->flags = 1;
+	else if (fault == AREA_RESERVED)
+		area->reserved = 1;
+	else if (fault == BAD_POINTER)
+		area->req = 4096;
+	sqe->user_data = 7;
+	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter");
+	res = cqe_res(r, 7, 10000);
+	CHECK(res == want, "%s: CQE %d, want %d", what, res, want);
+}
+
 static void errnos(void)
 {
 	int dev = ss_dev(), small = ss_dev(), file = temp_file(8192, 'x');
 	int c, s, u, wo, dir, udp, lone, half, hs;
 	struct stablesend_counters cnt;
-	struct io_uring_sqe *sqe;
 	struct stablesend_req q;
 	struct ring r;
 	char name[64];
@@ -226,36 +250,12 @@ static void errnos(void)
 
 	/* The command area and the SQE. */
 	q = ss_req(file, c, 0, 4096, 7);
-	sqe = ring_sqe(&r);
-	stablesend_prep_uring(sqe, dev, &q);
-	sqe->cmd_op = 0x1234;
-	sqe->user_data = 7;
-	ring_submit(&r, 0);
-	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "unknown cmd_op");
-	sqe = ring_sqe(&r);
-	stablesend_prep_uring(sqe, dev, &q);
-	((struct stablesend_uring_cmd *)sqe->cmd)->flags = 1;
-	sqe->user_data = 7;
-	ring_submit(&r, 0);
-	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "command area flags");
-	sqe = ring_sqe(&r);
-	stablesend_prep_uring(sqe, dev, &q);
-	((struct stablesend_uring_cmd *)sqe->cmd)->reserved = 1;
-	sqe->user_data = 7;
-	ring_submit(&r, 0);
-	CHECK(cqe_res(&r, 7, 10000) == -EINVAL, "command area reserved");
-	sqe = ring_sqe(&r);
-	stablesend_prep_uring(sqe, dev, &q);
-	((struct stablesend_uring_cmd *)sqe->cmd)->req = 4096;
-	sqe->user_data = 7;
-	ring_submit(&r, 0);
-	CHECK(cqe_res(&r, 7, 10000) == -EFAULT, "request pointer unmapped");
+	sqe_case(&r, dev, &q, BAD_OP, -EINVAL, "unknown cmd_op");
+	sqe_case(&r, dev, &q, AREA_FLAGS, -EINVAL, "command area flags");
+	sqe_case(&r, dev, &q, AREA_RESERVED, -EINVAL, "command area reserved");
+	sqe_case(&r, dev, &q, BAD_POINTER, -EFAULT, "request pointer unmapped");
 	/* Not the device: io_uring refuses a command on a file without ->uring_cmd. */
-	sqe = ring_sqe(&r);
-	stablesend_prep_uring(sqe, file, &q);
-	sqe->user_data = 7;
-	ring_submit(&r, 0);
-	CHECK(cqe_res(&r, 7, 10000) == -EOPNOTSUPP, "a command on a regular file");
+	sqe_case(&r, file, &q, NO_FAULT, -EOPNOTSUPP, "a command on a regular file");
 
 	/* Nothing failed left a trace: no memory held, nothing counted. */
 	ss_counters(dev, &cnt);
