@@ -170,14 +170,16 @@ static inline void stablesend_prep_uring(struct io_uring_sqe *sqe, int dev_fd,
 					 const struct stablesend_req *req)
 {
 	struct stablesend_uring_cmd cmd;
+	struct io_uring_sqe s;
 
-	memset(sqe, 0, sizeof(*sqe));
+	memset(&s, 0, sizeof(s));
 	memset(&cmd, 0, sizeof(cmd));
 	cmd.req = (__u64)(uintptr_t)req;
-	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = dev_fd;
-	sqe->cmd_op = STABLESEND_URING_CMD_SEND;
-	memcpy(sqe->cmd, &cmd, sizeof(cmd));
+	s.opcode = IORING_OP_URING_CMD;
+	s.fd = dev_fd;
+	s.cmd_op = STABLESEND_URING_CMD_SEND;
+	memcpy(s.cmd, &cmd, sizeof(cmd));
+	*sqe = s;
 }
 
 #ifdef __cplusplus
