@@ -633,5 +633,16 @@ int main(int argc, char **argv)
 	gone(base, IORING_SETUP_SQPOLL, 0);
 	gone(base, 0, 1);
 	batch_snapshot(IORING_SETUP_SQPOLL, "SQPOLL ring");
+	/*
+	 * A ring goes away after its close (io_uring's exit work), and the
+	 * device file with its last command: then the module is idle again.
+	 */
+	CHECK(ss_drained(10 * ss_debug_scale(4)), "pages still in flight: %lld requests",
+	      ss_stat("requests_in_flight"));
+	CHECK(ss_stat_wait("contexts", base, 10 * ss_debug_scale(4)) == base,
+	      "opens not freed after the rings closed: %lld, want %lld",
+	      ss_stat("contexts"), base);
+	CHECK(ss_stat_wait("pool_bytes", 0, 10 * ss_debug_scale(4)) == 0,
+	      "the module still owns %lld bytes of pages", ss_stat("pool_bytes"));
 	return test_result();
 }
