@@ -172,7 +172,6 @@ struct io_uring_cmd;
 struct ss_req *ss_submit_uring(struct ss_ctx *ctx,
 			       const struct stablesend_req *ur,
 			       struct io_uring_cmd *ucmd);
-void ss_mark_setup(struct ss_ctx *ctx);
 
 /* uring.c */
 #ifdef CONFIG_IO_URING

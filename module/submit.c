@@ -111,7 +111,7 @@ put_file:
 	return ERR_PTR(err);
 }
 
-void ss_mark_setup(struct ss_ctx *ctx)
+static void ss_mark_setup(struct ss_ctx *ctx)
 {
 	spin_lock(&ctx->lock);
 	ctx->setup_done = true;
