@@ -19,13 +19,15 @@ CHECKPATCH := $(STABLESEND_CACHE)/checkpatch/scripts/checkpatch.pl
 KSOURCES := $(wildcard module/*.[ch] module/compat/*.[ch]) uapi/linux/stablesend.h
 
 .PHONY: all module lib check check-host demo install dkms-install dkms-remove \
-	style sparse clean help deps bench fuzz integration deb deb-test
+	style sparse clean help deps bench fuzz integration deb deb-test \
+	check-full
 
 all: module lib
 
 help:
 	@echo "make demo          boot a stock Debian kernel in QEMU, show stable sends"
 	@echo "make check         style, sparse, host tests, the QEMU kernel matrix"
+	@echo "make check-full    make check + the suite on a 6.1 debug kernel (sendpage path under fault injection; +20 min, not in CI)"
 	@echo "make all           module (KVER=$(KVER)), library and tool"
 	@echo "make install       library, headers, tool, man pages (PREFIX, DESTDIR)"
 	@echo "make dkms-install  register, build and install the module with DKMS"
@@ -51,6 +53,12 @@ check:
 	@tests/harness/deps host
 	@tests/harness/deps deb
 	@tests/check
+
+# make check with a fifth kernel, a 6.1 debug kernel: over CI's time budget.
+check-full:
+	@tests/harness/deps host
+	@tests/harness/deps deb
+	@tests/check -k 6.1 -k 6.12 -k newest -k debug -k debug-6.1
 
 demo:
 	@tests/harness/deps host

@@ -514,6 +514,29 @@ static void setup_cases(int file, int sock, long *sink_expect)
 	EXPECT("SETUP", "mem_limit max_limit+1", setup_with(dev, &s), EINVAL);
 	s = s0; s.mem_limit = UINT64_MAX;
 	EXPECT("SETUP", "mem_limit UINT64_MAX", setup_with(dev, &s), EINVAL);
+	s = s0; s.mem_limit = 1;
+	EXPECT("SETUP", "mem_limit 1 (below a page)", setup_with(dev, &s), EINVAL);
+	s = s0; s.mem_limit = sysconf(_SC_PAGESIZE) - 1;
+	EXPECT("SETUP", "mem_limit a page - 1", setup_with(dev, &s), EINVAL);
+	/* Past INT_MAX even when max_limit allows it: a result must fit. */
+	if (!geteuid()) {
+		CHECK(write_str("/sys/module/stablesend/parameters/max_limit",
+				"8589934592") == 0, "max_limit = 8 GiB");
+		s = s0; s.mem_limit = (uint64_t)INT_MAX + 1;
+		EXPECT("SETUP", "mem_limit INT_MAX + 1, max_limit 8 GiB",
+		       setup_with(dev, &s), EINVAL);
+		s = s0; s.mem_limit = 8ULL << 30;
+		EXPECT("SETUP", "mem_limit 8 GiB = max_limit", setup_with(dev, &s), EINVAL);
+		efd = ss_dev();
+		s = s0; s.mem_limit = INT_MAX;
+		CHECK(setup_with(efd, &s) == 0 && s.mem_limit == INT_MAX,
+		      "SETUP mem_limit INT_MAX as root: limit in force %llu",
+		      (unsigned long long)s.mem_limit);
+		close(efd);
+		snprintf(buf, sizeof(buf), "%lld", max_limit);
+		CHECK(write_str("/sys/module/stablesend/parameters/max_limit", buf) == 0,
+		      "max_limit back to %s", buf);
+	}
 	efd = eventfd(0, EFD_CLOEXEC);
 	REQUIRE(efd >= 0, "eventfd");
 	s = s0; s.eventfd = efd; s.mem_limit = (uint64_t)max_limit;

@@ -8,7 +8,9 @@
 #define STABLESEND_TEST_NETNS_H
 
 #include "common.h"
+#include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/sockios.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <dirent.h>
@@ -179,23 +181,24 @@ static inline int if_set_in(int ns, const char *name, int up)
  * namespace @ns (*@server): interface @a here gets @net.1, @b (already in
  * @ns) gets @net.2.
  */
-static inline void ns_tcp_pair(int ns, const char *a, const char *b,
-			       const char *net, int *client, int *server)
+/*
+ * A TCP connection from here to @there (port 5001), whose listener lives
+ * in the namespace @ns: *@client here, *@server there.
+ */
+static inline void ns_tcp_connect(int ns, const char *there, int *client,
+				  int *server)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(5001) };
-	char here[32], there[32];
 	int orig, l, i;
 
-	snprintf(here, sizeof(here), "%s.1", net);
-	snprintf(there, sizeof(there), "%s.2", net);
 	orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
 	REQUIRE(orig >= 0, "open /proc/self/ns/net");
-	REQUIRE(if_up(a, here) == 0, "configure %s", a);
 	REQUIRE(setns(ns, CLONE_NEWNET) == 0, "setns into the new netns");
-	REQUIRE(if_up(b, there) == 0, "configure %s", b);
 	/* Sockets stay in the namespace they were created in. */
 	l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	REQUIRE(l >= 0, "socket");
+	REQUIRE(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int)) == 0,
+		"SO_REUSEADDR");
 	inet_pton(AF_INET, there, &sin.sin_addr);
 	REQUIRE(bind(l, (struct sockaddr *)&sin, sizeof(sin)) == 0 && listen(l, 1) == 0,
 		"listen on %s", there);
@@ -211,6 +214,25 @@ static inline void ns_tcp_pair(int ns, const char *a, const char *b,
 	*server = accept4(l, NULL, NULL, SOCK_CLOEXEC);
 	REQUIRE(*server >= 0, "accept");
 	close(l);
+}
+
+/* Addresses @net.1 on @a (here) and @net.2 on @b (in @ns), connected. */
+static inline void ns_tcp_pair(int ns, const char *a, const char *b,
+			       const char *net, int *client, int *server)
+{
+	char here[32], there[32];
+	int orig;
+
+	snprintf(here, sizeof(here), "%s.1", net);
+	snprintf(there, sizeof(there), "%s.2", net);
+	REQUIRE(if_up(a, here) == 0, "configure %s", a);
+	orig = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	REQUIRE(orig >= 0, "open /proc/self/ns/net");
+	REQUIRE(setns(ns, CLONE_NEWNET) == 0, "setns into the new netns");
+	REQUIRE(if_up(b, there) == 0, "configure %s", b);
+	REQUIRE(setns(orig, CLONE_NEWNET) == 0, "setns back");
+	close(orig);
+	ns_tcp_connect(ns, there, client, server);
 	printf("%s (here, %s) <-> %s (other netns, %s)\n", a, here, b, there);
 }
 
@@ -228,8 +250,8 @@ static inline void veth_pair(int *client, int *server)
 }
 
 /*
- * The first two NICs bound to virtio_net (the harness joins them with a
- * QEMU hub) into @names; how many were found (waits up to 5 s for two).
+ * The first two NICs bound to virtio_net (the harness joins them on a
+ * bridge of taps, or with a QEMU hub) into @names; how many were found (waits up to 5 s for two).
  */
 static inline int virtio_nics(char names[2][IFNAMSIZ])
 {
@@ -273,8 +295,8 @@ static inline int virtio_nics(char names[2][IFNAMSIZ])
 
 /*
  * The harness backs the NICs with taps (virtio-net offers scatter-gather
- * and checksum offload, as real NICs do) or, where it can't make taps,
- * with a QEMU hub (no offloads: the stack must copy to transmit).
+ * and checksum offload, as real NICs do), or with a QEMU hub (no offloads:
+ * the stack must copy to transmit) only when STABLESEND_NIC=hub asks.
  */
 static inline int nic_offloads(void)
 {
@@ -289,12 +311,29 @@ static inline int nic_offloads(void)
 	return !strstr(line, "ss_nic=hub");
 }
 
+/* Scatter-gather on or off (SIOCETHTOOL, ETHTOOL_SSG): 0 or -1. */
+static inline int nic_set_sg(const char *name, int on)
+{
+	struct ethtool_value ev = { .cmd = ETHTOOL_SSG, .data = !!on };
+	struct ifreq ifr = { .ifr_data = (void *)&ev };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), ret;
+
+	if (fd < 0)
+		return -1;
+	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+	ret = ioctl(fd, SIOCETHTOOL, &ifr);
+	close(fd);
+	return ret;
+}
+
 /*
- * TCP over a real driver's transmit path: the first virtio-net NIC here,
- * the second moved into a new namespace (*@ns, to take its link down).
+ * TCP over a real driver's transmit path: the first virtio-net NIC here
+ * (named in @here_if), the second moved into a new namespace (*@ns, to
+ * take its link down; named in @peer_if), addresses 10.198.0.1 and .2.
  * Returns 0 when the guest has no two virtio-net NICs.
  */
-static inline int nic_pair(int *client, int *server, int *ns, char *peer_if)
+static inline int nic_pair(int *client, int *server, int *ns, char *here_if,
+			   char *peer_if)
 {
 	char nic[2][IFNAMSIZ];
 
@@ -303,6 +342,7 @@ static inline int nic_pair(int *client, int *server, int *ns, char *peer_if)
 	*ns = netns_new();
 	REQUIRE(link_set_ns(nic[1], *ns) == 0, "ip link set %s netns", nic[1]);
 	ns_tcp_pair(*ns, nic[0], nic[1], "10.198.0", client, server);
+	snprintf(here_if, IFNAMSIZ, "%s", nic[0]);
 	snprintf(peer_if, IFNAMSIZ, "%s", nic[1]);
 	return 1;
 }

@@ -110,14 +110,14 @@ static void zc_path(const char *name, int c, int s, int expect_copy)
 
 int main(void)
 {
-	char peer[IFNAMSIZ];
+	char here[IFNAMSIZ], peer[IFNAMSIZ];
 	int c, s, ns;
 
 	tcp_pair(AF_INET, &c, &s);
 	zc_path("tcp4", c, s, 1);
 	veth_pair(&c, &s);
 	zc_path("tcp-veth", c, s, 1);
-	if (nic_pair(&c, &s, &ns, peer)) {
+	if (nic_pair(&c, &s, &ns, here, peer)) {
 		zc_path("tcp-virtio", c, s, !nic_offloads());
 		close(ns);
 	} else {

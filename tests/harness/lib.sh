@@ -185,6 +185,11 @@ ss_apt_opts() { # apt options for KEY
 	return 0
 }
 
+# The kernel series of a debug key: "debug" is 6.12's.
+ss_debug_series() {
+	if [[ $1 == debug-6.1 ]]; then echo 6.1; else echo 6.12; fi
+}
+
 # Newest linux-image of a series: prints "KVER VERSION".
 ss_resolve() {
 	local key=$1 re opts best= bestv= pkg ver
@@ -192,8 +197,8 @@ ss_resolve() {
 	6.1) re='^linux-image-6\.1\.0-[0-9]+-amd64$' ;;
 	6.12) re='^linux-image-6\.12\.[0-9]+\+[a-z0-9]+-amd64$' ;;
 	newest) re='^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+[a-z0-9]+-amd64$' ;;
-	debug) "$SS_HARNESS/debug-kernel" --release; return ;; # built, not fetched
-	*) ss_die "unknown kernel key '$key' (6.1, 6.12, newest or debug)" ;;
+	debug | debug-6.1) "$SS_HARNESS/debug-kernel" --series "$(ss_debug_series "$key")" --release; return ;; # built, not fetched
+	*) ss_die "unknown kernel key '$key' (6.1, 6.12, newest, debug or debug-6.1)" ;;
 	esac
 	mapfile -t opts < <(ss_apt_opts "$key")
 	if [[ $key == newest ]]; then ss_trixie_apt; else ss_host_apt; fi
@@ -213,7 +218,7 @@ ss_resolve() {
 # the key's previous kernel is removed.
 ss_fetch() {
 	local key=$1 kver=$2 ver=$3 dir=$SS_CACHE/kernels/$2 opts pkgs p deb old
-	[[ $key == debug ]] && return 0 # built by ss_prepare
+	[[ $key == debug* ]] && return 0 # built by ss_prepare
 	if [[ -e $dir/.version && $(<"$dir/.version") == "$ver" ]]; then
 		echo "$kver" >"$SS_CACHE/kernels/.$key"
 		return 0
@@ -314,7 +319,7 @@ ss_root_apt() {
 # --- headers ----------------------------------------------------------------
 ss_headers() {
 	local key=$1 kver=$2 ver=$3 pkg=linux-headers-$2 t=() q=(dpkg-query)
-	[[ $key == debug ]] && return 0 # the built tree is the headers
+	[[ $key == debug* ]] && return 0 # the built tree is the headers
 	[[ $key == newest ]] && q=(chroot "$SS_ROOT" dpkg-query)
 	[[ $("${q[@]}" -W -f='${Version} ${Status}' "$pkg" 2>/dev/null) == "$ver install ok installed" ]] &&
 		return 0
@@ -346,7 +351,7 @@ ss_module_version() {
 # $4 (decompressed).  On failure print make.log.
 ss_dkms_build() {
 	local key=$1 kver=$2 out=$3 v d ko run=()
-	[[ $key == debug ]] && { ss_debug_module_build "$kver" "$out"; return; }
+	[[ $key == debug* ]] && { ss_debug_module_build "$kver" "$out"; return; }
 	v=$(ss_module_version)
 	[[ -n $v ]] || ss_die "no PACKAGE_VERSION in dkms.conf"
 	[[ -d $SS_REPO/module ]] || ss_die "module/ does not exist yet"
@@ -380,7 +385,7 @@ ss_dkms_build() {
 # with dkms.conf's own MAKE line (make -C module KDIR=TREE) from a fresh
 # copy, against the debug tree (its Module.symvers from "make modules").
 ss_debug_module_build() { # KVER OUT
-	local tree=$SS_CACHE/kernels/$1/src d=$SS_WORK/src-debug out=$2
+	local tree=$SS_CACHE/kernels/$1/src d=$SS_WORK/src-$1 out=$2
 	[[ -s $tree/Module.symvers ]] || ss_die "no built debug tree in $tree"
 	rm -rf "$d"
 	mkdir -p "$d"
@@ -405,7 +410,7 @@ ss_prepare() {
 	local key=$1 dir=$2 module=${3:-1} kver ver
 	mkdir -p "$SS_CACHE" "$dir"
 	# Minutes when cold: under its own lock, not the cache's.
-	[[ $key == debug ]] && "$SS_HARNESS/debug-kernel" --build >/dev/null
+	[[ $key == debug* ]] && "$SS_HARNESS/debug-kernel" --series "$(ss_debug_series "$key")" --build >/dev/null
 	exec 9>"$SS_CACHE/lock"
 	flock -n 9 || { ss_say "waiting for $SS_CACHE/lock"; flock 9; }
 	read -r kver ver < <(ss_resolve "$key")
@@ -533,21 +538,40 @@ SS_DEBUG_SCALE=${STABLESEND_DEBUG_SCALE:-4}
 # The guest gets two virtio-net NICs, a real driver's transmit path: tap
 # backends (with virtio-net headers, so the NICs offer scatter-gather and
 # checksum offload, as on a real host) on a bridge inside a network
-# namespace of QEMU's own, so the host's network is never touched.  Where
-# taps can't be made, a QEMU hub joins them (no offloads); the guest learns
-# which from "ss_nic=tap|hub" on its command line (STABLESEND_NIC=hub
-# forces the hub).
+# namespace of QEMU's own, so the host's network is never touched.  Only
+# STABLESEND_NIC=hub joins them with a QEMU hub instead (no offloads: the
+# NIC tests then expect TCP to copy, and say so); a host that cannot make
+# taps otherwise gives the guest no NICs, so the tests that need them fail
+# rather than flip their expectations silently (STABLESEND_NIC=none does
+# the same on purpose).  The guest learns which
+# from "ss_nic=tap|hub|none" on its command line.
 SS_NIC_SETUP='ip link add ssbr type bridge && ip link set ssbr up &&
 	for t in sst0 sst1; do ip tuntap add dev $t mode tap vnet_hdr &&
 		ip link set $t master ssbr up || exit 1; done'
-ss_nics() { # sets SS_NIC (tap|hub), SS_NIC_ARGS, SS_NIC_WRAP
-	local i
-	SS_NIC=hub SS_NIC_WRAP=() SS_NIC_ARGS=()
-	if [[ ${STABLESEND_NIC:-tap} == tap && -c /dev/net/tun ]] && unshare --net -- sh -c "$SS_NIC_SETUP" >/dev/null 2>&1; then
-		SS_NIC=tap
+ss_nics() { # sets SS_NIC (tap|hub|none), SS_NIC_ARGS, SS_NIC_WRAP
+	local i err
+	SS_NIC=${STABLESEND_NIC:-tap} SS_NIC_WRAP=() SS_NIC_ARGS=()
+	case $SS_NIC in
+	tap)
+		if [[ ! -c /dev/net/tun ]]; then
+			err="no /dev/net/tun"
+		elif ! err=$(unshare --net -- sh -c "$SS_NIC_SETUP" 2>&1); then
+			err=${err:-"the tap setup failed"}
+		else
+			err=
+		fi
+		if [[ -n $err ]]; then
+			ss_say "harness: cannot make tap NICs ($err): the guest gets none and the NIC tests fail; STABLESEND_NIC=hub runs them over a QEMU hub without offloads"
+			SS_NIC=none
+			return 0
+		fi
 		# shellcheck disable=SC2016
 		SS_NIC_WRAP=(unshare --net -- sh -c "$SS_NIC_SETUP"' && exec "$@"' sh)
-	fi
+		;;
+	hub) ss_say "harness: STABLESEND_NIC=hub: the guest's NICs have no offloads; the NIC tests expect copies" ;;
+	none) ss_say "harness: STABLESEND_NIC=none: the guest gets no NICs (the NIC tests fail)"; return 0 ;;
+	*) ss_die "STABLESEND_NIC is '$SS_NIC' (tap, hub or none)" ;;
+	esac
 	for i in 0 1; do
 		if [[ $SS_NIC == tap ]]; then
 			SS_NIC_ARGS+=(-netdev "tap,id=n$i,ifname=sst$i,script=no,downscript=no,vhost=off")
