@@ -605,6 +605,8 @@ ss_boot_once() {
 	if [[ -e ${kernel%/boot/*}/stablesend-debug ]]; then
 		smp=2,sockets=2,cores=1,threads=1 slack=$((60 * SS_DEBUG_SCALE))
 		debug=" debug_pagealloc=on kmemleak=on printk.time=1 STABLESEND_DEBUG_KERNEL=1 STABLESEND_TIMEOUT_SCALE=$SS_DEBUG_SCALE"
+		# A series' own boot arguments (tests/harness/debug-kernel).
+		[[ -s ${kernel%/boot/*}/boot-args ]] && debug+=" $(<"${kernel%/boot/*}/boot-args")"
 	fi
 	local f
 	for f in console results output; do : >"$w/$f.log"; done
