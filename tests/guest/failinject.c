@@ -752,8 +752,12 @@ static void transmit_phase(void)
 	unsigned int k;
 
 	for (k = 0; k < 2; k++) {
+		char val[8] = "";
+
 		snprintf(path, sizeof(path), "/sys/kernel/slab/%s/failslab", skb_caches[k]);
-		if (!write_str(path, "1"))
+		/* Read-only before 6.2: slub_debug=A set it at boot there. */
+		if (!write_str(path, "1") ||
+		    (!read_str(path, val, sizeof(val)) && val[0] == '1'))
 			ncache++;
 		else
 			printf("note: cannot filter %s (merged, or no SLUB sysfs)\n", skb_caches[k]);

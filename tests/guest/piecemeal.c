@@ -3,9 +3,10 @@
  * Memory comes back page by page: a request's pages return to the open as
  * soon as the receiver has drained them, not when the whole request has
  * been read, and a request that does not fit reserves and copies chunk by
- * chunk as memory comes back.  So with a 1 MiB limit, a 768 KiB request
- * gets through while most of a 960 KiB one is still unread; and a signal
- * ends such a half-reserved submission leaving nothing behind.
+ * chunk as memory comes back.  So with a 1 MiB limit and 384 KiB free, a
+ * 768 KiB request waits holding those 384 KiB (the whole limit is in
+ * use), and gets through while most of a 960 KiB one is still unread; and
+ * a signal ends such a half-reserved submission leaving nothing behind.
  * test-timeout: 90
  */
 #include "stress.h"
@@ -97,13 +98,32 @@ int main(void)
 	rd.fd = sv;
 	REQUIRE(pthread_create(&rt, NULL, reader, &rd) == 0, "reader");
 
-	/* A fills most of the limit; the reader drains 13 of its 15 chunks. */
+	/*
+	 * A fills most of the limit; the reader drains 5 of its 15 chunks:
+	 * 384 KiB free, B needs 768.  B must take what is free now and copy
+	 * it (chunk by chunk), not wait for 768 KiB free at once.
+	 */
 	a = ss_req(file, cl, 0, A_LEN, 1);
 	CHECK(ss_submit(dev, &a, 1) == 1, "submit A");
-	rd.allow = 13 * 65536;
+	rd.allow = 5 * 65536;
 	sb.dev = dev;
 	sb.req = ss_req(file, cl, 0, B_LEN, 2);
 	REQUIRE(pthread_create(&st, NULL, submitter, &sb) == 0, "submitter");
+	for (t = now_s() + 10; now_s() < t; usleep(20000)) {
+		ss_counters(dev, &c);
+		if (rd.got == rd.allow && c.mem_in_use == LIMIT)
+			break;
+	}
+	printf("B waiting with %zu of A's %d bytes read: in use %llu of %d\n",
+	       rd.got, A_LEN, (unsigned long long)c.mem_in_use, LIMIT);
+	CHECK(!sb.done, "B (768 KiB) accepted with 384 KiB free");
+	CHECK(c.mem_in_use == LIMIT,
+	      "B waits holding none of the 384 KiB free: not chunk by chunk "
+	      "(in use %llu, A holds %zu)", (unsigned long long)c.mem_in_use,
+	      (size_t)A_LEN - rd.got);
+
+	/* The reader drains 13 of A's 15 chunks: B gets in before A ends. */
+	rd.allow = 13 * 65536;
 	if (!wait_done(&sb, 10)) {
 		CHECK(0, "B (768 KiB) not accepted while 832 KiB of A were "
 		      "drained: pages come back only with the whole request?");
