@@ -171,14 +171,19 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
 struct io_uring_cmd;
 struct ss_req *ss_submit_uring(struct ss_ctx *ctx,
 			       const struct stablesend_req *ur,
-			       struct io_uring_cmd *ucmd);
+			       struct io_uring_cmd *ucmd, bool nonblock);
 
 /* uring.c */
 #ifdef CONFIG_IO_URING
 int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+void ss_uring_mark(struct io_uring_cmd *cmd);
 void ss_uring_queued(struct ss_req *req);
 void ss_uring_complete(struct ss_req *req, s64 res);
 #else
+static inline void ss_uring_mark(struct io_uring_cmd *cmd)
+{
+}
+
 static inline void ss_uring_queued(struct ss_req *req)
 {
 }

@@ -96,6 +96,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	}
 	/* The caller's reference; the one from ss_req_alloc() is the FIFO's. */
 	refcount_inc(&req->ref);
+	if (ucmd)
+		ss_uring_mark(ucmd);
 	err = ss_enqueue(req, sock);
 	if (err) {
 		ss_req_put(req);
@@ -183,14 +185,16 @@ long ss_send_sync(struct ss_ctx *ctx, struct file *dev,
  * @ctx:	the open of the device the command was issued on
  * @ur:		the request, copied from user space
  * @ucmd:	the command; its CQE is the request's completion
+ * @nonblock:	fail with -EAGAIN instead of waiting for memory
  *
- * Never waits for memory.  Returns the request with a reference for the
- * command (dropped once its CQE is posted), or an ERR_PTR.
+ * Marks the command cancelable (ss_uring_mark()) just before queueing.
+ * Returns the request with a reference for the command (dropped once its
+ * CQE is posted), or an ERR_PTR.
  */
 struct ss_req *ss_submit_uring(struct ss_ctx *ctx,
 			       const struct stablesend_req *ur,
-			       struct io_uring_cmd *ucmd)
+			       struct io_uring_cmd *ucmd, bool nonblock)
 {
 	ss_mark_setup(ctx);
-	return ss_prepare(ctx, ur, NULL, true, ucmd);
+	return ss_prepare(ctx, ur, NULL, nonblock, ucmd);
 }

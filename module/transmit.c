@@ -546,7 +546,9 @@ static void ss_pump(struct ss_sock *ss)
 	for (;;) {
 		spin_lock_bh(&ss->lock);
 		req = ss_head(ss);
-		if (!req || ss->sending || req->task != current || req->sync) {
+		/* Never io_uring's threads: their requests go to task work. */
+		if (!req || ss->sending || req->task != current || req->sync ||
+		    (current->flags & (PF_IO_WORKER | PF_USER_WORKER))) {
 			ss_notify(ss);
 			spin_unlock_bh(&ss->lock);
 			return;

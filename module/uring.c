@@ -17,7 +17,11 @@
 
 struct ss_uring_pdu {
 	struct ss_req *req;	/* set once queued, under ctx->lock */
-	s32 res;		/* the CQE's, for task work */
+	union {
+		s32 res;	/* the CQE's, for task work */
+		u32 issue_flags; /* while issuing, until queued */
+	};
+	u32 marked;		/* on io_uring's cancelable list (or compat's) */
 };
 
 static struct ss_uring_pdu *ss_pdu(struct io_uring_cmd *cmd)
@@ -37,6 +41,23 @@ static void ss_uring_done(struct io_uring_cmd *cmd, unsigned int issue_flags)
 }
 
 STABLESEND_URING_TW(ss_uring_tw, ss_uring_done)
+
+/**
+ * ss_uring_mark - a command's request is about to be queued
+ * @cmd:	the command, being issued
+ *
+ * Before the request is queued, where another thread may end it: its CQE
+ * must not come before io_uring knows the command is cancelable.  Every
+ * error from here on is posted with io_uring_cmd_done(), which takes the
+ * command off the cancelable list again.
+ */
+void ss_uring_mark(struct io_uring_cmd *cmd)
+{
+	struct ss_uring_pdu *pdu = ss_pdu(cmd);
+
+	io_uring_cmd_mark_cancelable(cmd, pdu->issue_flags);
+	pdu->marked = 1;
+}
 
 /**
  * ss_uring_queued - a command's request is on its open's queue
@@ -82,9 +103,9 @@ void ss_uring_complete(struct ss_req *req, s64 res)
  * request is cancelled; started, it stops after what the socket took (its
  * sender finishes it, when one is inside sendmsg now); finished and
  * waiting for its pages, it no longer holds the ring.  io_uring asks
- * again while the command is on its list: before the request is queued
- * (an issue from io-wq still taking the snapshot), or when task work
- * already carries its CQE.  The cancel before 6.7 (compat/uring.c) holds
+ * again while the command is on its list: between its mark and its
+ * queueing (an issue from io-wq), or when task work already carries its
+ * CQE.  The cancel before 6.7 (compat/uring.c) holds
  * no io_uring lock: it posts from task work.
  */
 static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
@@ -126,10 +147,15 @@ static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
 int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
 	struct ss_ctx *ctx = cmd->file->private_data;
+	bool inline_issue = issue_flags & IO_URING_F_NONBLOCK;
 	const struct stablesend_uring_cmd *area;
+	struct ss_uring_pdu *pdu = ss_pdu(cmd);
 	struct stablesend_req ur;
 	struct ss_req *req;
+	bool wait;
+	u32 flags;
 	u64 uptr;
+	int err;
 
 	if (issue_flags & IO_URING_F_CANCEL) {
 		ss_uring_cancel(cmd, issue_flags);
@@ -142,23 +168,33 @@ int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 		return -EOPNOTSUPP;
 	/* The SQE is in memory the application can still write: read once. */
 	area = stablesend_uring_cmd_area(cmd, struct stablesend_uring_cmd);
-	if (READ_ONCE(area->flags) || READ_ONCE(area->reserved))
+	flags = READ_ONCE(area->flags);
+	if ((flags & ~STABLESEND_URING_F_WAIT) || READ_ONCE(area->reserved))
 		return -EINVAL;
 	uptr = READ_ONCE(area->req);
 	if (copy_from_user(&ur, u64_to_user_ptr(uptr), sizeof(ur)))
 		return -EFAULT;
 
-	ss_pdu(cmd)->req = NULL;
-	/*
-	 * Before the request is queued, where another thread may end it: its
-	 * CQE must not come before io_uring knows the command is cancelable.
-	 * Every error from here on is posted with io_uring_cmd_done(), which
-	 * takes the command off the cancelable list again.
-	 */
-	io_uring_cmd_mark_cancelable(cmd, issue_flags);
-	req = ss_submit_uring(ctx, &ur, cmd);
+	pdu->req = NULL;
+	pdu->issue_flags = issue_flags;
+	pdu->marked = 0;
+	stablesend_uring_unmarked(cmd);
+	/* Waits for memory only where io_uring lets it block: its worker. */
+	wait = (flags & STABLESEND_URING_F_WAIT) && !inline_issue;
+	req = ss_submit_uring(ctx, &ur, cmd, !wait);
 	if (IS_ERR(req)) {
-		io_uring_cmd_done(cmd, PTR_ERR(req), issue_flags);
+		err = PTR_ERR(req);
+		/* In io_uring's worker a signal is its cancel. */
+		if (err == -ERESTARTSYS)
+			err = inline_issue ? -EINTR : -ECANCELED;
+		/* No memory now: io_uring issues it again from its worker. */
+		if (err == -EAGAIN && (flags & STABLESEND_URING_F_WAIT) &&
+		    inline_issue && !pdu->marked)
+			return -EAGAIN;
+		/* Posted by io_uring, but -EAGAIN would make it retry. */
+		if (!pdu->marked && err != -EAGAIN)
+			return err;
+		io_uring_cmd_done(cmd, err, issue_flags);
 		return -EIOCBQUEUED;
 	}
 	/* What the socket takes now goes out here; the CQE comes as task work. */

@@ -177,11 +177,16 @@ static void name(struct io_uring_cmd *ioucmd, unsigned int issue_flags)	\
 /* The watch's cancel: no io_uring lock held, post the CQE from task work. */
 #define STABLESEND_URING_F_WATCHER	BIT(12)
 void stablesend_uring_watch(struct io_uring_cmd *cmd, unsigned int issue_flags);
+void stablesend_uring_unmarked(struct io_uring_cmd *cmd);
 void stablesend_uring_unwatch(struct io_uring_cmd *cmd);
 void stablesend_uring_watch_exit(void);
 #define io_uring_cmd_mark_cancelable(cmd, flags)	stablesend_uring_watch(cmd, flags)
 #else
 #define STABLESEND_URING_F_WATCHER	0
+
+static inline void stablesend_uring_unmarked(struct io_uring_cmd *cmd)
+{
+}
 
 static inline void stablesend_uring_unwatch(struct io_uring_cmd *cmd)
 {

@@ -42,13 +42,18 @@ void stablesend_uring_watch(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	mutex_unlock(&ss_watch_lock);
 }
 
+/* At issue: not watched (the pdu holds whatever the last request left). */
+void stablesend_uring_unmarked(struct io_uring_cmd *cmd)
+{
+	INIT_LIST_HEAD(ss_watch_node(cmd));
+}
+
 void stablesend_uring_unwatch(struct io_uring_cmd *cmd)
 {
 	struct list_head *node = ss_watch_node(cmd);
 
-	/* Only marked commands are completed with io_uring_cmd_done(). */
 	mutex_lock(&ss_watch_lock);
-	list_del(node);
+	list_del_init(node);
 	mutex_unlock(&ss_watch_lock);
 }
 

@@ -135,6 +135,7 @@ static struct {
 	u64 file_size;
 	u64 limit;		/* stablesend memory limit, 0: module default */
 	int uring_release;	/* stablesend-uring: CQEs at RELEASED, depth by memory */
+	int uring_wait;		/* stablesend-uring: STABLESEND_URING_F_WAIT */
 	int verbose;
 } opt = {
 	.runs = 3,
@@ -1181,9 +1182,12 @@ static void m_ss_async(struct cell *cl)
  * stablesend on the application's own ring (stablesend_prep_uring()), the
  * way an io_uring server writes it: as many requests in flight as
  * stablesend-async keeps, a batch of SQEs per io_uring_submit(), CQEs
- * reaped as they come.  A command never waits for memory: after a CQE
- * that says EAGAIN the loop waits for POLLOUT on the device (64 KiB free,
- * or 100 ms) and submits it again.
+ * reaped as they come.  After a CQE that says EAGAIN the loop waits for
+ * POLLOUT on the device (64 KiB free, or 100 ms) and submits it again.
+ * --uring-wait 1 sets STABLESEND_URING_F_WAIT instead: a command at the
+ * memory limit waits for memory in io_uring's worker.  Either way a
+ * request that met the limit may go out after later ones (every request
+ * of a cell carries the same bytes).
  */
 static void m_ss_uring(struct cell *cl)
 {
@@ -1194,7 +1198,8 @@ static void m_ss_uring(struct cell *cl)
 	struct io_uring ring;
 	int full = 0, ret;
 
-	reqs = calloc(batch, sizeof(*reqs));
+	/* io_uring's worker reads a waiting command's request late: one each. */
+	reqs = calloc(cl->nreq, sizeof(*reqs));
 	if (!reqs || uring_init(&ring, 2 * depth))
 		die("io_uring for stablesend-uring");
 	while (issued < cl->nreq || inflight) {
@@ -1211,15 +1216,20 @@ static void m_ss_uring(struct cell *cl)
 			poll(&(struct pollfd){ .fd = fd, .events = POLLOUT }, 1, 100);
 			full = 0;
 		}
-		/* The requests are read when io_uring_submit() issues them. */
+		/* Read when io_uring issues them (in its worker, if they wait). */
 		for (j = 0; j < n; j++) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 
-			stablesend_prep_req(&reqs[j], file_fd, cl->c->sock, cell_off(cl),
+			struct stablesend_req *q = &reqs[issued + j];
+
+			stablesend_prep_req(q, file_fd, cl->c->sock, cell_off(cl),
 					    cl->size, issued + j);
 			if (opt.uring_release)
-				reqs[j].flags = STABLESEND_REQ_NOTIFY_RELEASE;
-			stablesend_prep_uring(sqe, fd, &reqs[j]);
+				q->flags = STABLESEND_REQ_NOTIFY_RELEASE;
+			stablesend_prep_uring(sqe, fd, q);
+			if (opt.uring_wait)
+				((struct stablesend_uring_cmd *)sqe->cmd)->flags =
+					STABLESEND_URING_F_WAIT;
 			sqe->user_data = issued + j;
 		}
 		issued += n;
@@ -1575,6 +1585,7 @@ static void usage(void)
 "usage: bench [--quick] [--runs N] [--budget BYTES] [--budget-small BYTES]\n"
 "             [--transports tcp-lo,tcp-veth,unix] [--methods LIST] [--sizes 4KiB,...]\n"
 "             [--file-size BYTES] [--limit BYTES] [--diag RUNS]\n"
+"             [--uring-wait 0|1] [--uring-release 0|1]\n"
 "       bench --report FILE.csv... [--plot DIR]\n");
 	exit(2);
 }
@@ -1621,6 +1632,8 @@ int main(int argc, char **argv)
 			opt.file_size = parse_size(v);
 		else if (!strcmp(a, "--uring-release"))
 			opt.uring_release = atoi(v);
+		else if (!strcmp(a, "--uring-wait"))
+			opt.uring_wait = atoi(v);
 		else if (!strcmp(a, "--diag"))
 			diag_mode = atoi(v);
 		else if (!strcmp(a, "--limit"))

@@ -190,7 +190,7 @@ static void sqe_case(struct ring *r, int fd, struct stablesend_req *q,
 	if (fault == BAD_OP)
 		sqe->cmd_op = 0x1234;
 	else if (fault == AREA_FLAGS)
-		area->flags = 1;
+		area->flags = STABLESEND_URING_F_WAIT << 1;
 	else if (fault == AREA_RESERVED)
 		area->reserved = 1;
 	else if (fault == BAD_POINTER)
@@ -251,7 +251,7 @@ static void errnos(void)
 	/* The command area and the SQE. */
 	q = ss_req(file, c, 0, 4096, 7);
 	sqe_case(&r, dev, &q, BAD_OP, -EINVAL, "unknown cmd_op");
-	sqe_case(&r, dev, &q, AREA_FLAGS, -EINVAL, "command area flags");
+	sqe_case(&r, dev, &q, AREA_FLAGS, -EINVAL, "command area: an unknown flag");
 	sqe_case(&r, dev, &q, AREA_RESERVED, -EINVAL, "command area reserved");
 	sqe_case(&r, dev, &q, BAD_POINTER, -EFAULT, "request pointer unmapped");
 	/* Not the device: io_uring refuses a command on a file without ->uring_cmd. */
@@ -324,6 +324,96 @@ static void eagain(void)
 		late++;
 	}
 	CHECK(late == pending, "%d of %d parked commands completed", late, pending);
+	ring_exit(&r);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+/* One command with STABLESEND_URING_F_WAIT (no wait for its CQE). */
+static void submit_wait(struct ring *r, int dev, const struct stablesend_req *req,
+			__u64 ud)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+
+	REQUIRE(sqe, "SQ ring full");
+	stablesend_prep_uring(sqe, dev, req);
+	((struct stablesend_uring_cmd *)sqe->cmd)->flags = STABLESEND_URING_F_WAIT;
+	sqe->user_data = ud;
+	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter");
+}
+
+/*
+ * STABLESEND_URING_F_WAIT: at the limit a command waits for memory in
+ * io_uring's worker instead of failing with -EAGAIN, and goes out once
+ * the peer drains what is ahead of it; without the flag, -EAGAIN as ever;
+ * IORING_OP_ASYNC_CANCEL ends such a wait with -ECANCELED.
+ */
+static void wait_memory(void)
+{
+	size_t len = 768 << 10, got = 0;
+	int dev = ss_dev(), file = temp_file(len, 'w'), a, b, res, i, done = 0;
+	struct stablesend_req q = ss_req(file, -1, 0, len, 0);
+	unsigned char *buf = malloc(2 * len);
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe cqe;
+	struct ring r;
+
+	REQUIRE(buf, "malloc");
+	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	q.sock_fd = a;
+	/* A holds 768 KiB of the 1 MiB, parked on a peer that does not read. */
+	REQUIRE(submit_one(&r, dev, &q, 1, 0) == 1, "io_uring_enter");
+	CHECK(cqe_res(&r, 1, 300) == -ETIME, "A completed with the peer not reading");
+	submit_wait(&r, dev, &q, 2);				/* B waits */
+	REQUIRE(submit_one(&r, dev, &q, 3, 0) == 1, "io_uring_enter");	/* C */
+	res = cqe_res(&r, 3, 5000);
+	CHECK(res == -EAGAIN, "C, no F_WAIT, at the limit: %d, want -EAGAIN", res);
+	submit_wait(&r, dev, &q, 4);				/* D waits */
+	CHECK(ring_wait(&r, &cqe, 500) == -ETIME, "a CQE (%llu: %d) while B and D wait",
+	      (unsigned long long)cqe.user_data, cqe.res);
+	sqe = ring_sqe(&r);
+	REQUIRE(sqe, "SQ ring full");
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opcode = IORING_OP_ASYNC_CANCEL;
+	sqe->fd = -1;
+	sqe->addr = 4;
+	sqe->user_data = 5;
+	REQUIRE(ring_submit(&r, 0) == 1, "io_uring_enter ASYNC_CANCEL");
+	for (i = 0; i < 2; i++) {
+		if (ring_wait(&r, &cqe, 5000 * ss_debug_scale(4))) {
+			CHECK(0, "ASYNC_CANCEL of D: %d of 2 CQEs", i);
+			break;
+		}
+		if (cqe.user_data == 4)
+			CHECK(cqe.res == -ECANCELED, "D cancelled: %d, want -ECANCELED",
+			      cqe.res);
+		else if (cqe.user_data == 5)
+			CHECK(cqe.res == 0 || cqe.res == -EALREADY,
+			      "ASYNC_CANCEL's own CQE: %d", cqe.res);
+		else
+			CHECK(0, "CQE %llu: %d during the cancel",
+			      (unsigned long long)cqe.user_data, cqe.res);
+	}
+	/* The peer drains A; B gets its memory and follows. */
+	got = read_full(b, buf, 2 * len);
+	CHECK(got == 2 * len, "the peer got %zu of %zu", got, 2 * len);
+	for (i = 0; i < (int)got && buf[i] == 'w'; i++)
+		;
+	CHECK(i == (int)got, "byte %d is %#x, not the file's", i, buf[i]);
+	while (done < 2 && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4))) {
+		CHECK((cqe.user_data == 1 || cqe.user_data == 2) && cqe.res == (int)len,
+		      "CQE %llu: %d, want %zu", (unsigned long long)cqe.user_data,
+		      cqe.res, len);
+		done++;
+	}
+	CHECK(done == 2, "%d of A and B completed", done);
+	printf("F_WAIT: C -EAGAIN, B waited in io_uring's worker and sent %zu, D cancelled\n",
+	       len);
 	ring_exit(&r);
 	close(a);
 	close(b);
@@ -624,6 +714,7 @@ int main(int argc, char **argv)
 	batch_snapshot(IORING_SETUP_SQE128, "SQE128 ring");
 	errnos();
 	eagain();
+	wait_memory();
 	release_cqe();
 	cancel();
 	fixed_file();

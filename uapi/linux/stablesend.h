@@ -85,11 +85,22 @@
  *	Snapshot: taken while io_uring issues the command, which for an
  *	ordinary submission is inside the io_uring_enter(2) call that
  *	submits it, as with SUBMIT: once that call returns, later writes to
- *	the file do not reach the wire.  The command never waits for memory
- *	and never asks io_uring to retry it from a worker: with the limit
- *	reached its CQE carries -EAGAIN.  With IOSQE_ASYNC, behind a link,
- *	or on an IORING_SETUP_SQPOLL ring, io_uring issues it later from its
- *	own threads; the CQE is then the first sign the snapshot is taken.
+ *	the file do not reach the wire.  By default the command never waits
+ *	for memory and never asks io_uring to retry it from a worker: with
+ *	the limit reached its CQE carries -EAGAIN.  With
+ *	STABLESEND_URING_F_WAIT in the command area's flags, a command that
+ *	finds the limit reached asks io_uring to issue it again from its
+ *	worker (io-wq), which reads the struct stablesend_req again and
+ *	waits for memory there as a blocking SUBMIT would (chunk by chunk);
+ *	the snapshot is then taken in that worker, and the command is
+ *	queued on its socket only then: commands submitted after it may go
+ *	out before it (keep one such command per socket in flight, or
+ *	wait for its CQE, where order matters), and STABLESEND_IOC_CANCEL
+ *	does not see it while it waits.  With IOSQE_ASYNC, behind
+ *	a link, or on an IORING_SETUP_SQPOLL ring, io_uring also issues it
+ *	later from its own threads.  In those cases the CQE is the first
+ *	sign the snapshot is taken, and the struct stablesend_req must stay
+ *	valid until the CQE.
  *	Credentials: the issuing task's, as io_uring sets them (the SQE's
  *	personality; the ring creator's for SQPOLL).
  *	Completion: one CQE whose res is the SENT result (bytes sent, or
@@ -99,8 +110,12 @@
  *	CQE only, so there is no separate notification).  No record is
  *	queued on the device fd and its eventfd is not signalled.
  *	Cancellation: STABLESEND_IOC_CANCEL on the device fd cancels it by
- *	its stablesend user_data (io_uring's IORING_OP_ASYNC_CANCEL does not
- *	reach driver commands).  When io_uring cancels its requests (the ring
+ *	its stablesend user_data once it is queued (io_uring's
+ *	IORING_OP_ASYNC_CANCEL reaches a command only while it is punted to
+ *	io_uring's worker with STABLESEND_URING_F_WAIT: not started yet, or
+ *	waiting for memory, it completes with -ECANCELED; while the worker
+ *	takes the snapshot it may still complete normally).  When io_uring
+ *	cancels its requests (the ring
  *	is closed, also by the process's exit; the submitting process
  *	execs), the commands end at once where they are: the CQE carries
  *	-ECANCELED when nothing was sent, else the bytes sent so far, and a
@@ -300,7 +315,7 @@ struct stablesend_counters {
 /**
  * struct stablesend_uring_cmd - the command area of an io_uring SQE
  * @req:	user pointer to one struct stablesend_req
- * @flags:	must be zero
+ * @flags:	0 or STABLESEND_URING_F_WAIT
  * @reserved:	must be zero
  */
 struct stablesend_uring_cmd {
@@ -315,6 +330,12 @@ struct stablesend_uring_cmd {
 #define STABLESEND_IOC_SEND	_IOW(STABLESEND_IOC_MAGIC, 2, struct stablesend_req)
 #define STABLESEND_IOC_CANCEL	_IOW(STABLESEND_IOC_MAGIC, 3, __u64)
 #define STABLESEND_IOC_COUNTERS	_IOR(STABLESEND_IOC_MAGIC, 4, struct stablesend_counters)
+
+/*
+ * struct stablesend_uring_cmd flags: at the memory limit, wait for memory
+ * in io_uring's worker instead of completing with -EAGAIN (see above).
+ */
+#define STABLESEND_URING_F_WAIT		_BITUL(0)
 
 /* io_uring cmd_op of a request (IORING_OP_URING_CMD on the device fd). */
 #define STABLESEND_URING_CMD_SEND _IOW(STABLESEND_IOC_MAGIC, 0x40, struct stablesend_uring_cmd)
