@@ -363,6 +363,17 @@ static void ss_queue_tw(struct ss_sock *ss, struct ss_req *req)
 }
 
 /*
+ * Is @req @t's to send: its own, or one that an io_uring thread of @t's
+ * process issued (those never send), which a SEND caller takes over?
+ */
+static bool ss_req_for(struct ss_req *req, struct task_struct *t)
+{
+	return req->task == t ||
+	       ((READ_ONCE(req->task->flags) & (PF_IO_WORKER | PF_USER_WORKER)) &&
+		same_thread_group(req->task, t));
+}
+
+/*
  * The head request is ready to go on: tell whoever sends it.  Called with
  * ss->lock held, in any context.
  */
@@ -376,7 +387,7 @@ static void ss_notify(struct ss_sock *ss)
 		return;
 	/* A SEND caller sends its own request and its task's earlier ones. */
 	list_for_each_entry(w, &ss->waiters, node) {
-		if (w->task == req->task) {
+		if (ss_req_for(req, w->task)) {
 			wake_up_all(&ss->turn);
 			return;
 		}
@@ -779,7 +790,7 @@ static bool ss_sync_turn(struct ss_sock *ss, struct ss_req *req)
 
 	if (req->state == SS_REQ_DONE)
 		return true;
-	return !ss->sending && head && head->task == current &&
+	return !ss->sending && head && ss_req_for(head, current) &&
 	       (head == req || !ss->parked);
 }
 
@@ -809,10 +820,21 @@ long ss_sync_send(struct ss_req *req)
 	spin_lock_bh(&ss->lock);
 	list_add(&me.node, &ss->waiters);
 	for (;;) {
+		struct task_struct *old = NULL;
+		struct ss_req *head;
+
 		turn = ss_sync_turn(ss, req);
 		if (turn && (req->state == SS_REQ_DONE || ss_head(ss) == req))
 			break;
+		/* An io_uring thread's request ahead of ours: ours to send. */
+		head = ss_head(ss);
+		if (turn && head->task != current) {
+			old = head->task;
+			head->task = get_task_struct(current);
+		}
 		spin_unlock_bh(&ss->lock);
+		if (old)
+			put_task_struct(old);
 		if (signal_pending(current)) {
 			err = sock_intr_errno(timeo);
 		} else if (turn) {

@@ -422,6 +422,77 @@ static void wait_memory(void)
 	free(buf);
 }
 
+/*
+ * io_uring's threads never send: a SEND from the process's only thread,
+ * queued behind a SUBMIT's request X (parked: the peer, another process,
+ * reads only later) and a command C that io_uring's worker issued
+ * (IOSQE_ASYNC), sends X, then C, then its own bytes, and returns.
+ */
+static void send_behind(void)
+{
+	size_t big = 1 << 20, small = 4096, total = 2 * big + small;
+	int dev = ss_dev(), fx = temp_file(big, 'x'), fc = temp_file(big, 's');
+	int fs = temp_file(small, 'e'), a, b, i, res, st = -1;
+	struct timeval tv = { .tv_sec = 10 };
+	struct stablesend_counters k;
+	struct stablesend_req qx, qc, qs;
+	pid_t pid;
+	long sent;
+	struct ring r;
+
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	REQUIRE(setsockopt(a, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == 0, "SO_SNDTIMEO");
+	qx = ss_req(fx, a, 0, big, 1);
+	CHECK(ss_submit(dev, &qx, 1) == 1, "SUBMIT X");
+	qc = ss_req(fc, a, 0, big, 2);
+	REQUIRE(submit_one(&r, dev, &qc, 2, IOSQE_ASYNC) == 1, "io_uring_enter");
+	for (i = 0; i < 500; i++) {
+		ss_counters(dev, &k);
+		if (k.submitted == 2)
+			break;
+		usleep(10000);
+	}
+	CHECK(k.submitted == 2, "io_uring's worker did not queue the command");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		unsigned char *buf = malloc(total);
+		size_t got;
+
+		usleep(500000);		/* the SEND is waiting by now */
+		got = buf ? read_full(b, buf, total) : 0;
+		for (i = 0; i < (int)got; i++)
+			if (buf[i] != (i < (int)big ? 'x' : i < 2 * (int)big ? 's' : 'e'))
+				break;
+		_exit(got == total && i == (int)got ? 0 : 1);
+	}
+	close(b);
+	qs = ss_req(fs, a, 0, small, 3);
+	/*
+	 * C's CQE is io_uring task work on this thread: with SO_SNDTIMEO set
+	 * it cuts the SEND short with EINTR before its first byte, as it
+	 * would a send(2).  Again, as an application does.
+	 */
+	i = 0;
+	do
+		sent = ss_send(dev, &qs);
+	while (sent < 0 && errno == EINTR && ++i < 100);
+	CHECK(sent == (long)small, "SEND behind a command io_uring's worker issued: %ld (%s)",
+	      sent, sent < 0 ? strerror(errno) : "short");
+	res = cqe_res(&r, 2, 10000 * ss_debug_scale(4));
+	CHECK(res == (int)big, "the command's CQE: %d", res);
+	close(a);
+	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && !WEXITSTATUS(st),
+	      "the peer did not get X, C and the SEND's bytes in order");
+	ring_exit(&r);
+	close(fx);
+	close(fc);
+	close(fs);
+	close(dev);
+}
+
 /* With NOTIFY_RELEASE the CQE waits for the pages; then they are back. */
 static void release_cqe(void)
 {
@@ -715,6 +786,7 @@ int main(int argc, char **argv)
 	errnos();
 	eagain();
 	wait_memory();
+	send_behind();
 	release_cqe();
 	cancel();
 	fixed_file();
