@@ -111,10 +111,10 @@
  *	queued on the device fd and its eventfd is not signalled.
  *	Cancellation: STABLESEND_IOC_CANCEL on the device fd cancels it by
  *	its stablesend user_data once it is queued (io_uring's
- *	IORING_OP_ASYNC_CANCEL reaches a command only while it is punted to
- *	io_uring's worker with STABLESEND_URING_F_WAIT: not started yet, or
- *	waiting for memory, it completes with -ECANCELED; while the worker
- *	takes the snapshot it may still complete normally).  When io_uring
+ *	IORING_OP_ASYNC_CANCEL reaches a command only while it is in
+ *	io_uring's worker before it is queued: not started yet, or waiting
+ *	for memory, it completes with -ECANCELED; while the worker takes the
+ *	snapshot it may still complete normally).  When io_uring
  *	cancels its requests (the ring
  *	is closed, also by the process's exit; the submitting process
  *	execs), the commands end at once where they are: the CQE carries
