@@ -325,10 +325,14 @@ void ss_reaper_eagain(void)
  * ss_req_finish - a request is off its socket's FIFO for good
  * @req:	the request; the caller has unlinked it from the FIFO
  * @res:	bytes sent, or -errno
+ *
+ * Takes over the FIFO's reference: afterwards the caller may touch @req
+ * only if it holds a reference of its own.
  */
 void ss_req_finish(struct ss_req *req, s64 res)
 {
 	bool copied = req->copied && req->sent;
+	struct ss_sock *ss = req->sock;	/* before the reaper may free @req */
 	struct ss_ctx *ctx = req->ctx;
 	struct ss_group *g;
 	LIST_HEAD(dead);
@@ -380,8 +384,12 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	}
 	spin_unlock(&ss_inflight_lock);
 	ss_group_free(&dead);
-	/* The FIFO's reference; task work may still hold one of its own. */
-	ss_sock_put(req->sock);
+	/*
+	 * Not idle, @req is the reaper's now (it frees it once its pages are
+	 * back) and may be gone: only its socket's reference is ours to drop,
+	 * the FIFO's (task work may still hold one of its own).
+	 */
+	ss_sock_put(ss);
 	if (idle)
 		ss_req_release(req);
 	else
