@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * bench: stablesend side by side with every way Linux sends a file
- * (design.md section 7, issue 4).
+ * (design.md section 7, issues 4 and 19).
  *
  * Guest mode (default): one run, every method interleaved
  *	for transport: for run: for size: for method (rotated per run)
  * so that drift hits all methods alike.  A forked receiver drains each
  * connection in its own process (in another network namespace for veth)
- * so that its CPU time can be subtracted from the system-wide figure.
+ * and checks what it gets against the file (every byte of the untimed
+ * warm-up cells, a 4 KiB window in every 64 KiB of the timed ones).
+ * Setup (buffers, rings, registrations, device opens) happens before a
+ * cell's clock starts; a cell ends when the receiver has every byte and
+ * the method's memory is reusable again.  CPU time comes from one
+ * SCHED_IDLE soaker thread per CPU: busy = wall - what the soakers got.
  * One CSV row per cell goes to stdout, prefixed with "@csv ".
  *
  * Report mode (host or guest): bench --report FILE.csv [--plot DIR]
- * prints medians, ratios and the issue's targets, and writes gnuplot data.
+ * prints medians, ratios and the issues' targets, and writes gnuplot data.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -52,6 +57,7 @@
 #include <liburing.h>
 #include <stablesend.h>		/* stablesend_prep_uring(), inline */
 #endif
+#include "bench.h"
 
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
@@ -66,29 +72,26 @@
 #define SO_EE_CODE_ZEROCOPY_COPIED 1
 #endif
 
-#define KiB 1024ULL
-#define MiB (1024ULL * 1024)
-
-typedef unsigned long long u64;
+/* The file's content: the 8-byte word at offset o holds o ^ PATTERN. */
+#define PATTERN 0x5354424c53454e44ULL
 
 /* ------------------------------------------------------------------ */
 /* methods, transports, sizes                                          */
 
-enum { M_PREAD, M_SENDFILE, M_SPLICE, M_ZC, M_URING, M_SS_SYNC, M_SS_ASYNC,
-       M_SS_URING, NMETH };
+enum { M_PREAD, M_SENDFILE, M_SPLICE, M_ZC, M_URING, M_SAMBA, M_SS_SYNC,
+       M_SS_ASYNC, M_SS_URING, NMETH };
 static const char *const mname[NMETH] = {
-	"pread+send", "sendfile", "splice", "pread+zerocopy", "io_uring-zc",
-	"stablesend-sync", "stablesend-async", "stablesend-uring",
+	"pread+send", "sendfile", "splice", "pread+zerocopy", "io_uring",
+	"samba-path", "stablesend-sync", "stablesend-async", "stablesend-uring",
 };
 
-enum { T_LO, T_VETH, T_UNIX, NTRANS };
-static const char *const tname[NTRANS] = { "tcp-lo", "tcp-veth", "unix" };
+const char *const tname[NTRANS] = { "tcp-lo", "tcp-veth", "unix" };
 
 #define NSIZES 4
 static const u64 sizes[NSIZES] = { 4 * KiB, 64 * KiB, 1 * MiB, 8 * MiB };
 static const char *const szname[NSIZES] = { "4KiB", "64KiB", "1MiB", "8MiB" };
 
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
 	int e = errno;
 	va_list ap;
@@ -101,7 +104,7 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static double now_s(void)
+double now_s(void)
 {
 	struct timespec ts;
 
@@ -130,15 +133,18 @@ static struct {
 	int meth[NMETH];
 	int size[NSIZES];
 	int runs;
+	unsigned int depth;	/* requests in flight, every pipelined method */
 	u64 budget;		/* bytes per cell, requests of 64 KiB and up */
 	u64 budget_small;	/* bytes per cell, 4 KiB requests */
 	u64 file_size;
-	u64 limit;		/* stablesend memory limit, 0: module default */
-	int uring_release;	/* stablesend-uring: CQEs at RELEASED, depth by memory */
+	u64 limit;		/* stablesend memory limit, 0: the module default */
 	int uring_wait;		/* stablesend-uring: STABLESEND_URING_F_WAIT */
-	int verbose;
+	int host;		/* on the host: no module expected, kernel "host:" */
+	int soak;		/* CPU time from soakers (else /proc/stat) */
 } opt = {
+	.soak = 1,
 	.runs = 3,
+	.depth = 8,
 	.budget = 64 * MiB,
 	.budget_small = 8 * MiB,
 	.file_size = 64 * MiB,
@@ -215,29 +221,144 @@ static void send_exact(int fd, const void *buf, size_t n, int flags)
 /* CPU accounting                                                      */
 
 static long clk_tck;
-
-/*
- * System-wide busy CPU time in ns: CPUs x elapsed time minus the idle and
- * iowait deltas of /proc/stat.  With NOHZ (every Debian kernel) the idle
- * figures come from the exact idle accounting in the clock's time base,
- * the same base as the receiver's schedstat; the busy fields (user, system,
- * ...) are sampled at each tick, which under an emulator that loses ticks
- * would not match.  Busy time includes every kernel worker and interrupt.
- */
 static long ncpus;
 
-static double sys_busy_ns(double t)
-{
-	u64 v[10] = { 0 };
-	char line[512];
-	FILE *f = fopen("/proc/stat", "re");
+/*
+ * Busy CPU time, system-wide, in ns: one soaker thread per CPU, pinned,
+ * SCHED_IDLE, spinning; a CPU's busy time is the wall time its soaker did
+ * not get.  That counts every kernel worker, softirq and interrupt at the
+ * resolution of the scheduler's clock, where /proc/stat's idle time comes
+ * in 10 ms units.  The soaker is not quite invisible: CFS gives a
+ * SCHED_IDLE task a weight of 3 against 1024 for a normal one, so busy time
+ * reads up to 0.3% low, and a wake-up preempts the soaker instead of
+ * leaving idle.  The guest run checks the soakers against /proc/stat over
+ * the whole run and prints the difference (cpu_check()).
+ */
+struct soaker {
+	pthread_t th;
+	clockid_t clk;
+	volatile int ready;
+};
 
-	if (!f || !fgets(line, sizeof(line), f))
-		die("/proc/stat");
-	fclose(f);
-	sscanf(line, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-	       &v[3], &v[4]);
-	return t * 1e9 * ncpus - (double)(v[3] + v[4]) * 1e9 / clk_tck;
+static struct soaker *soakers;
+
+static u64 clock_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	if (clock_gettime(clk, &ts))
+		die("clock_gettime");
+	return (u64)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void *soak(void *arg)
+{
+	struct soaker *s = arg;
+	struct sched_param sp = { 0 };
+	volatile unsigned long spin = 0;
+
+	if (sched_setscheduler(0, SCHED_IDLE, &sp))
+		die("sched_setscheduler(SCHED_IDLE)");
+	if (pthread_getcpuclockid(pthread_self(), &s->clk))
+		die("pthread_getcpuclockid");
+	s->ready = 1;
+	for (;;)
+		spin++;
+	return NULL;
+}
+
+static void soakers_start(void)
+{
+	long i;
+
+	soakers = calloc(ncpus, sizeof(*soakers));
+	if (!soakers)
+		die("calloc");
+	for (i = 0; i < ncpus; i++) {
+		pthread_attr_t at;
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(i, &set);
+		pthread_attr_init(&at);
+		pthread_attr_setaffinity_np(&at, sizeof(set), &set);
+		if (pthread_create(&soakers[i].th, &at, soak, &soakers[i]))
+			die("pthread_create (soaker)");
+		pthread_attr_destroy(&at);
+		while (!soakers[i].ready)
+			usleep(1000);
+	}
+}
+
+/*
+ * Busy ns of all CPUs together at time T_NS (CLOCK_MONOTONIC), from some
+ * origin: only differences count.  Without soakers (--soak 0, for perf
+ * profiles) from /proc/stat's idle and iowait, in 10 ms units.
+ */
+static double busy_ns(u64 t_ns)
+{
+	double idle = 0;
+	long i;
+
+	if (!soakers) {
+		u64 v[5] = { 0 };
+		char line[512];
+		FILE *f = fopen("/proc/stat", "re");
+
+		if (!f || !fgets(line, sizeof(line), f))
+			die("/proc/stat");
+		fclose(f);
+		sscanf(line, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1],
+		       &v[2], &v[3], &v[4]);
+		idle = (double)(v[3] + v[4]) * 1e9 / clk_tck;
+	} else {
+		for (i = 0; i < ncpus; i++)
+			idle += clock_ns(soakers[i].clk);
+	}
+	return (double)t_ns * ncpus - idle;
+}
+
+/*
+ * What the soakers get while every CPU also runs a normal spinning thread
+ * (1 s): the share of busy time busy_ns() misses at full load.
+ */
+static void *spin_for(void *arg)
+{
+	double end = now_s() + *(double *)arg;
+	volatile unsigned long spin = 0;
+
+	while (now_s() < end)
+		spin++;
+	return NULL;
+}
+
+static double soak_leak(void)
+{
+	pthread_t *th = calloc(ncpus, sizeof(*th));
+	double len = 1, b0, b1;
+	u64 t0, t1;
+	long i;
+
+	t0 = clock_ns(CLOCK_MONOTONIC);
+	b0 = busy_ns(t0);
+	for (i = 0; i < ncpus; i++) {
+		pthread_attr_t at;
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(i, &set);
+		pthread_attr_init(&at);
+		pthread_attr_setaffinity_np(&at, sizeof(set), &set);
+		if (pthread_create(&th[i], &at, spin_for, &len))
+			die("pthread_create");
+		pthread_attr_destroy(&at);
+	}
+	for (i = 0; i < ncpus; i++)
+		pthread_join(th[i], NULL);
+	t1 = clock_ns(CLOCK_MONOTONIC);
+	b1 = busy_ns(t1);
+	free(th);
+	return 1 - (b1 - b0) / ((double)(t1 - t0) * ncpus);
 }
 
 /* A process's own CPU time in ns: schedstat when present, else stat. */
@@ -384,20 +505,10 @@ static void if_setup(const char *ifname, const char *addr)
 #define VETH_PEER	"10.213.0.2"
 #define RCV_BUF		(1 * MiB)
 
-struct conn {
-	int tr;
-	int sock;	/* sender's end */
-	int ctl;	/* control: u64 cumulative target out, u64 ack in */
-	pid_t pid;	/* receiver */
-	u64 target;	/* cumulative bytes the receiver must get */
-	unsigned int zc_next;	/* MSG_ZEROCOPY notification id counter */
-	int zc_ok;
-};
-
 static struct conn *cur_conn;	/* the cell's, for the stall reports */
 
 /* The sending socket's queues, for a report when something stalls. */
-static void sock_report(const char *why)
+void sock_report(const char *why)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
@@ -418,11 +529,115 @@ static void sock_report(const char *why)
 	fprintf(stderr, "\n");
 }
 
+/*
+ * Checking what the receiver gets.  Every request is one block of SIZE
+ * bytes on the stream (in any order): its first word names its file offset
+ * (a multiple of SIZE inside the file), every following word must be the
+ * file's at that offset.  A full check (the untimed warm-up cells) copies
+ * and checks every byte and returns the sum of the blocks' offsets, which
+ * the sender compares with the offsets it sent.  A sampled check (the
+ * timed cells) copies and checks the first 4 KiB of every 64 KiB of the
+ * stream and discards the rest unread (MSG_TRUNC; AF_UNIX has no such
+ * thing for streams, so there everything is copied, and checked in the
+ * same windows): the same work for every method, 1/16 of the bytes.
+ */
+#define RX_WINDOW	(4 * KiB)
+#define RX_STRIDE	(64 * KiB)
+
+struct rx_cell {
+	u64 bytes, size;
+	unsigned int full, pad;
+};
+
+struct rx_ack {
+	u64 got, t_last_ns, off_sum, blocks, checked;
+	u64 bad, bad_pos, bad_got, bad_want;
+};
+
+struct rx {
+	u64 size;
+	u64 block;	/* the block cur_off belongs to, +1 (0: none) */
+	u64 cur_off;	/* its file offset, or ~0 when it is not a valid one */
+	unsigned char carry[8];
+	struct rx_ack a;
+};
+
+static void rx_bad(struct rx *x, u64 q, u64 got, u64 want)
+{
+	if (!x->a.bad++) {
+		x->a.bad_pos = q;
+		x->a.bad_got = got;
+		x->a.bad_want = want;
+	}
+}
+
+/* The word W at stream position Q (a multiple of 8) of the cell. */
+static void rx_word(struct rx *x, u64 q, u64 w)
+{
+	u64 k = q / x->size, r = q % x->size, o = w ^ PATTERN;
+
+	x->a.checked += 8;
+	if (x->block != k + 1) {
+		x->block = k + 1;
+		x->cur_off = o - r;
+		if (o < r || x->cur_off % x->size ||
+		    x->cur_off + x->size > opt.file_size) {
+			x->cur_off = ~0ULL;
+			rx_bad(x, q, w, ~0ULL);
+		} else if (!r) {
+			x->a.off_sum += x->cur_off;
+			x->a.blocks++;
+		}
+		return;
+	}
+	if (x->cur_off != ~0ULL && w != ((x->cur_off + r) ^ PATTERN))
+		rx_bad(x, q, w, (x->cur_off + r) ^ PATTERN);
+}
+
+/* N bytes at stream position POS of the cell. */
+static void rx_bytes(struct rx *x, u64 pos, const unsigned char *p, size_t n)
+{
+	while (n) {
+		u64 w, r = pos % x->size;
+
+		/* The rest of a block whose offset is known: one compare a word. */
+		if (!(pos & 7) && n >= 8 && x->block == pos / x->size + 1 &&
+		    x->cur_off != ~0ULL) {
+			u64 want = x->cur_off + r, j, words;
+
+			words = (n < x->size - r ? n : x->size - r) / 8;
+			for (j = 0; j < words; j++) {
+				memcpy(&w, p + 8 * j, 8);
+				if (w != ((want + 8 * j) ^ PATTERN))
+					rx_bad(x, pos + 8 * j, w,
+					       (want + 8 * j) ^ PATTERN);
+			}
+			x->a.checked += 8 * words;
+			pos += 8 * words;
+			p += 8 * words;
+			n -= 8 * words;
+			continue;
+		}
+		if (!(pos & 7) && n >= 8) {
+			memcpy(&w, p, 8);
+			rx_word(x, pos, w);
+			pos += 8;
+			p += 8;
+			n -= 8;
+			continue;
+		}
+		x->carry[pos & 7] = *p++;
+		n--;
+		if (!(++pos & 7)) {
+			memcpy(&w, x->carry, 8);
+			rx_word(x, pos - 8, w);
+		}
+	}
+}
+
 static void receiver(int ctl, int tr, int data)
 {
-	char *buf = malloc(RCV_BUF);
-	int flags = tr == T_UNIX ? 0 : MSG_TRUNC;
-	u64 got = 0, target;
+	unsigned char *buf = malloc(RCV_BUF);
 
 	if (!buf)
 		die("malloc");
@@ -455,23 +670,40 @@ static void receiver(int ctl, int tr, int data)
 		close(l);
 	}
 	for (;;) {
-		ssize_t r = read(ctl, &target, sizeof(target));
+		struct rx_cell rc;
+		struct rx x;
+		u64 pos = 0;
+		ssize_t r = read(ctl, &rc, sizeof(rc));
 
 		if (r == 0)
 			exit(0);
-		if (r != sizeof(target))
+		if (r != sizeof(rc) || !rc.size)
 			die("receiver: control");
-		while (got < target) {
-			size_t want = target - got < RCV_BUF ? target - got : RCV_BUF;
+		memset(&x, 0, sizeof(x));
+		x.size = rc.size;
+		while (pos < rc.bytes) {
+			int win = rc.full || pos % RX_STRIDE < RX_WINDOW;
+			u64 want = rc.full ? RCV_BUF :
+				   win ? RX_WINDOW - pos % RX_STRIDE :
+					 RX_STRIDE - pos % RX_STRIDE;
 
-			r = recv(data, buf, want, flags);
+			if (want > rc.bytes - pos)
+				want = rc.bytes - pos;
+			if (want > RCV_BUF)
+				want = RCV_BUF;
+			r = recv(data, buf, want,
+				 win || tr == T_UNIX ? 0 : MSG_TRUNC);
 			if (r < 0 && errno == EINTR)
 				continue;
 			if (r <= 0)
-				die("receiver: recv at %llu of %llu", got, target);
-			got += r;
+				die("receiver: recv at %llu of %llu", pos, rc.bytes);
+			if (win)
+				rx_bytes(&x, pos, buf, r);
+			pos += r;
 		}
-		write_exact(ctl, &got, sizeof(got), "ctl");
+		x.a.got = pos;
+		x.a.t_last_ns = clock_ns(CLOCK_MONOTONIC);
+		write_exact(ctl, &x.a, sizeof(x.a), "ctl");
 	}
 }
 
@@ -544,51 +776,61 @@ static void conn_close(struct conn *c)
 	waitpid(c->pid, &st, 0);
 }
 
-/* Announce the bytes a cell will send (before sending: it drains meanwhile). */
-static void conn_expect(struct conn *c, u64 bytes)
+/* Announce a cell (before sending: the receiver drains meanwhile). */
+static void conn_expect(struct conn *c, u64 bytes, u64 size, int full)
 {
+	struct rx_cell rc = { .bytes = bytes, .size = size, .full = full };
+
 	c->target += bytes;
-	write_exact(c->ctl, &c->target, sizeof(c->target), "ctl");
+	write_exact(c->ctl, &rc, sizeof(rc), "ctl");
 }
 
-static void conn_wait(struct conn *c)
+/*
+ * The receiver has every byte of the cell: its report, checked against
+ * what the cell sent (the offsets it took, for a full check).
+ */
+static void conn_wait(struct conn *c, const struct cell *cl, int full,
+		      struct rx_ack *a)
 {
-	u64 got;
-
-	read_exact(c->ctl, &got, sizeof(got), "ack");
-	if (got != c->target)
-		die("receiver got %llu, expected %llu", got, c->target);
+	read_exact(c->ctl, a, sizeof(*a), "ack");
+	if (a->bad) {
+		errno = 0;
+		die("%s %s %s: the receiver got wrong bytes: %llu bad words, the first at byte %llu of the cell: %#llx, want %#llx",
+		    tname[c->tr], mname[cl->method], szname[cl->si], a->bad,
+		    a->bad_pos, a->bad_got, a->bad_want);
+	}
+	if (full && (a->blocks != cl->off_n || a->off_sum != cl->off_sum)) {
+		errno = 0;
+		die("%s %s %s: the receiver got %llu requests (offsets summing to %llu), the cell sent %llu (%llu)",
+		    tname[c->tr], mname[cl->method], szname[cl->si], a->blocks,
+		    a->off_sum, cl->off_n, cl->off_sum);
+	}
 }
 
 /* ------------------------------------------------------------------ */
 /* cells                                                               */
 
-static int file_fd;
+int file_fd;
 static int have_ss, ss_feat_ok, ss_uring_ok;
-static u64 ss_limit;	/* in force */
-static int have_uring;
+static u64 ss_default_limit;	/* the module's */
+int have_uring;
 
-struct cell {
-	struct conn *c;
-	int method;
-	int si;
-	u64 size;
-	u64 nreq;
-	u64 next_off;	/* file offset of the next request */
-	u64 peak;	/* bytes in flight, highest seen */
-	int peak_valid;
-	int copied;	/* zerocopy paths: the kernel reported a copy */
-	const char *na;	/* not applicable: why */
-};
-
-static u64 cell_off(struct cell *cl)
+u64 cell_off(struct cell *cl)
 {
 	u64 off = cl->next_off;
 
 	cl->next_off += cl->size;
 	if (cl->next_off + cl->size > opt.file_size)
 		cl->next_off = 0;
+	cl->off_sum += off;
+	cl->off_n++;
 	return off;
+}
+
+void cell_unoff(struct cell *cl, u64 off)
+{
+	cl->off_sum -= off;
+	cl->off_n--;
 }
 
 static void sample_outq(struct cell *cl, u64 i)
@@ -602,7 +844,7 @@ static void sample_outq(struct cell *cl, u64 i)
 	cl->peak_valid = 1;
 }
 
-static void *big_alloc(size_t n)
+void *big_alloc(size_t n)
 {
 	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -613,10 +855,41 @@ static void *big_alloc(size_t n)
 	return p;
 }
 
+/* A method's buffer memory: one mapping, its length in front. */
+struct mem {
+	size_t len;
+	char *p;
+};
+
+static struct mem *mem_new(size_t len)
+{
+	struct mem *m = malloc(sizeof(*m));
+
+	if (!m)
+		die("malloc");
+	m->len = len;
+	m->p = big_alloc(len);
+	return m;
+}
+
+static void mem_fini(void *state)
+{
+	struct mem *m = state;
+
+	munmap(m->p, m->len);
+	free(m);
+}
+
+static void m_pread_prep(struct cell *cl)
+{
+	if (!*cl->state)
+		*cl->state = mem_new(cl->size);
+}
+
 /* pread + send: two copies, the baseline of a stable send. */
 static void m_pread(struct cell *cl)
 {
-	char *buf = big_alloc(cl->size);
+	char *buf = ((struct mem *)*cl->state)->p;
 	u64 i;
 
 	for (i = 0; i < cl->nreq; i++) {
@@ -624,7 +897,6 @@ static void m_pread(struct cell *cl)
 		send_exact(cl->c->sock, buf, cl->size, 0);
 		sample_outq(cl, i);
 	}
-	munmap(buf, cl->size);
 }
 
 static void m_sendfile(struct cell *cl)
@@ -648,36 +920,56 @@ static void m_sendfile(struct cell *cl)
 	}
 }
 
-static int splice_pipe[2] = { -1, -1 };
-static size_t splice_pipe_sz;
+struct spl {
+	int p[2];
+	size_t sz;
+};
 
+static void m_splice_prep(struct cell *cl)
+{
+	struct spl *sp;
+	int sz = 1 << 20;
+
+	if (*cl->state)
+		return;
+	sp = malloc(sizeof(*sp));
+	if (!sp || pipe2(sp->p, O_CLOEXEC))
+		die("pipe");
+	while (fcntl(sp->p[1], F_SETPIPE_SZ, sz) < 0 && sz > 65536)
+		sz /= 2;
+	sp->sz = fcntl(sp->p[1], F_GETPIPE_SZ);
+	*cl->state = sp;
+}
+
+static void m_splice_fini(void *state)
+{
+	struct spl *sp = state;
+
+	close(sp->p[0]);
+	close(sp->p[1]);
+	free(sp);
+}
+
+/* file -> pipe (1 MiB) -> socket. */
 static void m_splice(struct cell *cl)
 {
+	struct spl *sp = *cl->state;
 	u64 i;
 
-	if (splice_pipe[0] < 0) {
-		int sz = 1 << 20;
-
-		if (pipe2(splice_pipe, O_CLOEXEC))
-			die("pipe");
-		while (fcntl(splice_pipe[1], F_SETPIPE_SZ, sz) < 0 && sz > 65536)
-			sz /= 2;
-		splice_pipe_sz = fcntl(splice_pipe[1], F_GETPIPE_SZ);
-	}
 	for (i = 0; i < cl->nreq; i++) {
 		loff_t off = cell_off(cl);
 		u64 left = cl->size;
 
 		while (left) {
-			size_t chunk = left < splice_pipe_sz ? left : splice_pipe_sz;
-			ssize_t in = splice(file_fd, &off, splice_pipe[1], NULL,
+			size_t chunk = left < sp->sz ? left : sp->sz;
+			ssize_t in = splice(file_fd, &off, sp->p[1], NULL,
 					    chunk, SPLICE_F_MOVE);
 
 			if (in <= 0)
 				die("splice in");
 			left -= in;
 			while (in) {
-				ssize_t o = splice(splice_pipe[0], NULL,
+				ssize_t o = splice(sp->p[0], NULL,
 						   cl->c->sock, NULL, in,
 						   SPLICE_F_MOVE |
 						   (left ? SPLICE_F_MORE : 0));
@@ -693,20 +985,12 @@ static void m_splice(struct cell *cl)
 	}
 }
 
-/* Slots of user memory for the zero-copy peers: as many as 16 MiB holds. */
-static unsigned int nslots(u64 size)
-{
-	u64 lim = ss_limit ? ss_limit : 16 * MiB;
-	u64 k = lim / size;
-
-	return k < 2 ? 2 : k > 64 ? 64 : k;
-}
-
 /* pread + send(MSG_ZEROCOPY), completions drained from the error queue. */
 #define ZC_IDS 4096
 struct zc {
 	struct cell *cl;
-	unsigned int k;
+	unsigned int k;			/* slots: the depth */
+	u64 size;			/* of a slot */
 	char *mem;
 	unsigned int *pending;		/* per slot: send calls not completed */
 	unsigned short id_slot[ZC_IDS];
@@ -769,17 +1053,49 @@ static void zc_reap(struct zc *z, int block)
 	}
 }
 
+static void m_zc_prep(struct cell *cl)
+{
+	struct zc *z = *cl->state;
+
+	if (!z) {
+		z = calloc(1, sizeof(*z));
+		if (!z)
+			die("calloc");
+		z->k = cl->depth;
+		z->size = cl->size;
+		z->mem = big_alloc((size_t)z->k * cl->size);
+		z->pending = calloc(z->k, sizeof(*z->pending));
+		*cl->state = z;
+	}
+	z->cl = cl;
+	z->sending = -1;
+}
+
+static void m_zc_fini(void *state)
+{
+	struct zc *z = state;
+
+	munmap(z->mem, (size_t)z->k * z->size);
+	free(z->pending);
+	free(z);
+}
+
+/*
+ * Below 16 KiB a MSG_ZEROCOPY user sends without the flag: the kernel's
+ * own advice (Documentation/networking/msg_zerocopy.rst: "generally only
+ * effective at writes over around 10 KB"), and what this peer does.
+ */
+#define ZC_MIN (16 * KiB)
+
 static void m_zc(struct cell *cl)
 {
-	struct zc *z = calloc(1, sizeof(*z));
+	struct zc *z = *cl->state;
+	int flags = cl->size >= ZC_MIN ? MSG_ZEROCOPY : 0;
 	unsigned int s;
 	u64 i;
 
-	z->cl = cl;
-	z->k = nslots(cl->size);
-	z->mem = big_alloc(z->k * cl->size);
-	z->pending = calloc(z->k, sizeof(*z->pending));
-	z->sending = -1;
+	cl->variant = flags ? "msg_zerocopy" : "send (below 16 KiB)";
+
 	for (i = 0; i < cl->nreq; i++) {
 		double enobufs_since = 0;
 		char *buf;
@@ -794,7 +1110,7 @@ static void m_zc(struct cell *cl)
 		z->sending = s;
 		while (done < cl->size) {
 			ssize_t w = send(cl->c->sock, buf + done, cl->size - done,
-					 MSG_ZEROCOPY | MSG_NOSIGNAL);
+					 flags | MSG_NOSIGNAL);
 
 			if (w < 0 && errno == ENOBUFS && !z->npending) {
 				/*
@@ -818,6 +1134,10 @@ static void m_zc(struct cell *cl)
 			if (w <= 0)
 				die("send(MSG_ZEROCOPY)");
 			done += w;
+			if (!flags) {
+				sample_outq(cl, i);
+				continue;
+			}
 			z->id_slot[cl->c->zc_next++ % ZC_IDS] = s;
 			z->pending[s]++;
 			z->npending++;
@@ -827,32 +1147,24 @@ static void m_zc(struct cell *cl)
 			z->held -= cl->size;
 		if (z->held > cl->peak)
 			cl->peak = z->held;
-		zc_reap(z, 0);
+		if (flags)
+			zc_reap(z, 0);
 	}
 	while (z->held)
 		zc_reap(z, 1);
 	cl->peak_valid = 1;
-	munmap(z->mem, z->k * cl->size);
-	free(z->pending);
-	free(z);
 }
 
 #ifdef HAVE_LIBURING
-/*
- * io_uring: registered buffers and files, READ_FIXED -> SEND_ZC pairs
- * linked in one chain per submission (so sends stay in order on the
- * socket), a new chain as soon as the previous one's sends are done while
- * earlier buffers wait for their notifications.
- */
-enum { U_READ = 1, U_SEND = 2 };
-
-static int uring_init(struct io_uring *ring, unsigned int entries)
+int uring_init(struct io_uring *ring, unsigned int entries, int defer)
 {
 	struct io_uring_params p = { 0 };
-	int ret;
+	int ret = -EINVAL;
 
-	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-	ret = io_uring_queue_init_params(entries, ring, &p);
+	if (defer) {
+		p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+		ret = io_uring_queue_init_params(entries, ring, &p);
+	}
 	if (ret == -EINVAL) {
 		memset(&p, 0, sizeof(p));
 		ret = io_uring_queue_init_params(entries, ring, &p);
@@ -865,160 +1177,102 @@ static void probe_uring(void)
 	struct io_uring_probe *p;
 	struct io_uring ring;
 
-	if (uring_init(&ring, 8))
+	if (uring_init(&ring, 8, 1))
 		return;
 	p = io_uring_get_probe_ring(&ring);
 	if (p && io_uring_opcode_supported(p, IORING_OP_SEND_ZC) &&
+	    io_uring_opcode_supported(p, IORING_OP_SENDMSG_ZC) &&
+	    io_uring_opcode_supported(p, IORING_OP_SEND) &&
+	    io_uring_opcode_supported(p, IORING_OP_READ) &&
 	    io_uring_opcode_supported(p, IORING_OP_READ_FIXED))
 		have_uring = 1;
 	if (p)
 		io_uring_free_probe(p);
 	io_uring_queue_exit(&ring);
 }
-
-static void m_uring(struct cell *cl)
-{
-	unsigned int k = nslots(cl->size), s, next = 0, chain = 0, reads_done = 0;
-	struct io_uring ring;
-	struct iovec *iov = calloc(k, sizeof(*iov));
-	char *busy = calloc(k, 1);
-	char *mem = big_alloc(k * cl->size);
-	int fds[2] = { file_fd, cl->c->sock };
-	u64 issued = 0, done = 0, held = 0;
-	int ret;
-
-	if (uring_init(&ring, 4 * k))
-		die("io_uring_queue_init");
-	for (s = 0; s < k; s++) {
-		iov[s].iov_base = mem + s * cl->size;
-		iov[s].iov_len = cl->size;
-	}
-	ret = io_uring_register_buffers(&ring, iov, k);
-	if (ret) {
-		errno = -ret;
-		die("io_uring_register_buffers");
-	}
-	ret = io_uring_register_files(&ring, fds, 2);
-	if (ret) {
-		errno = -ret;
-		die("io_uring_register_files");
-	}
-	while (done < cl->nreq || held) {
-		struct io_uring_cqe *cqe;
-		unsigned int head, seen = 0;
-
-		if (!chain && issued < cl->nreq && !busy[next]) {
-			/* one linked chain over the free slots, in order */
-			while (issued < cl->nreq && !busy[next]) {
-				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-				u64 off = cell_off(cl);
-
-				io_uring_prep_read_fixed(sqe, 0, iov[next].iov_base,
-							 cl->size, off, next);
-				sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
-				sqe->user_data = (u64)next << 8 | U_READ;
-				sqe = io_uring_get_sqe(&ring);
-				io_uring_prep_send_zc_fixed(sqe, 1, iov[next].iov_base,
-							    cl->size, MSG_WAITALL,
-							    0, next);
-				sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
-				sqe->user_data = (u64)next << 8 | U_SEND;
-				busy[next] = 1;
-				held += cl->size;
-				chain++;
-				issued++;
-				next = (next + 1) % k;
-				if (chain * 2 + 2 > 4 * k)
-					break;
-			}
-			if (held > cl->peak)
-				cl->peak = held;
-			/* the last SQE ends the chain */
-			ring.sq.sqes[(ring.sq.sqe_tail - 1) & *ring.sq.kring_mask].flags &=
-				~IOSQE_IO_LINK;
-			/*
-			 * Wait for the whole chain at once: with DEFER_TASKRUN
-			 * linked requests only advance while we wait in the
-			 * kernel, so waiting for one CQE would cost a system
-			 * call per link.
-			 */
-			ret = io_uring_submit_and_wait(&ring, 2 * chain);
-		} else {
-			ret = io_uring_wait_cqe_nr(&ring, &cqe,
-						   chain ? 2 * chain - reads_done : 1);
-		}
-		if (ret < 0 && ret != -EINTR) {
-			errno = -ret;
-			die("io_uring submit/wait");
-		}
-		io_uring_for_each_cqe(&ring, head, cqe) {
-			unsigned int slot = cqe->user_data >> 8;
-
-			seen++;
-			if (cqe->flags & IORING_CQE_F_NOTIF) {
-				busy[slot] = 0;
-				held -= cl->size;
-				continue;
-			}
-			if ((cqe->user_data & 0xff) == U_READ) {
-				reads_done++;
-				if (cqe->res != (int)cl->size) {
-					errno = cqe->res < 0 ? -cqe->res : EIO;
-					die("io_uring READ_FIXED res %d", cqe->res);
-				}
-				continue;
-			}
-			if (cqe->res != (int)cl->size) {
-				errno = cqe->res < 0 ? -cqe->res : EIO;
-				die("io_uring SEND_ZC res %d", cqe->res);
-			}
-			chain--;
-			reads_done--;
-			done++;
-			if (!(cqe->flags & IORING_CQE_F_MORE)) {
-				busy[slot] = 0;
-				held -= cl->size;
-			}
-		}
-		io_uring_cq_advance(&ring, seen);
-	}
-	cl->peak_valid = 1;
-	io_uring_queue_exit(&ring);
-	munmap(mem, k * cl->size);
-	free(iov);
-	free(busy);
-}
 #endif
 
-/* stablesend: one open per (transport, size, mode), kept for the whole transport. */
-static int ss_fds[NSIZES][3];
+/*
+ * stablesend: one open per (transport, size, method), kept for the whole
+ * transport, under the module's default memory limit (--limit to set
+ * one): what its users get.  The pipelined methods keep cl->depth requests
+ * unanswered (SENT not yet reaped), as the zero-copy peers keep cl->depth
+ * buffers; a request's pages stay reserved after SENT until the stack lets
+ * go of them, so stablesend may hold more memory than depth x size: the
+ * peak column shows how much.
+ */
+struct ss {
+	int fd;
+	u64 limit;
+	unsigned long long seen_cancelled;
+#ifdef HAVE_LIBURING
+	struct io_uring ring;
+	int have_ring;
+#endif
+	struct stablesend_req *reqs;	/* the ring's: one per request */
+	u64 *retry;			/* requests to submit again */
+	u64 nreqs;
+};
 
-/* Which of a size's opens: SEND, SUBMIT or the ring. */
-static int ss_slot(int method)
+/* An open of the device with LIMIT (0: the default); *IN_FORCE: what it got. */
+static int ss_open(u64 limit, u64 *in_force)
 {
-	return method == M_SS_SYNC ? 0 : method == M_SS_ASYNC ? 1 : 2;
-}
-
-static int ss_open_ctx(void)
-{
-	struct stablesend_setup s = { .eventfd = -1, .mem_limit = opt.limit };
+	struct stablesend_setup s = { .eventfd = -1, .mem_limit = limit };
 	int fd = open(STABLESEND_DEVICE, O_RDWR | O_CLOEXEC);
 
 	if (fd < 0)
 		die("open %s", STABLESEND_DEVICE);
 	if (ioctl(fd, STABLESEND_IOC_SETUP, &s))
-		die("STABLESEND_IOC_SETUP");
-	ss_limit = s.mem_limit;
+		die("STABLESEND_IOC_SETUP (limit %llu)", limit);
+	if (in_force)
+		*in_force = s.mem_limit;
 	return fd;
 }
 
-static int ss_ctx(struct cell *cl)
+static void ss_prep(struct cell *cl)
 {
-	int *fd = &ss_fds[cl->si][ss_slot(cl->method)];
+	struct ss *ss = *cl->state;
 
-	if (*fd < 0)
-		*fd = ss_open_ctx();
-	return *fd;
+	if (!ss) {
+		ss = calloc(1, sizeof(*ss));
+		if (!ss)
+			die("calloc");
+		ss->fd = ss_open(opt.limit, &ss->limit);
+		*cl->state = ss;
+	}
+#ifdef HAVE_LIBURING
+	if (cl->method == M_SS_URING) {
+		if (!ss->have_ring) {
+			if (uring_init(&ss->ring, 2 * cl->depth, 1))
+				die("io_uring for stablesend-uring");
+			ss->have_ring = 1;
+		}
+		/* io_uring's worker may read a request late: one each. */
+		if (ss->nreqs < cl->nreq) {
+			free(ss->reqs);
+			free(ss->retry);
+			ss->reqs = calloc(cl->nreq, sizeof(*ss->reqs));
+			ss->retry = calloc(cl->nreq, sizeof(*ss->retry));
+			if (!ss->reqs || !ss->retry)
+				die("calloc");
+			ss->nreqs = cl->nreq;
+		}
+	}
+#endif
+}
+
+static void ss_fini(void *state)
+{
+	struct ss *ss = state;
+
+#ifdef HAVE_LIBURING
+	if (ss->have_ring)
+		io_uring_queue_exit(&ss->ring);
+#endif
+	close(ss->fd);
+	free(ss->reqs);
+	free(ss->retry);
+	free(ss);
 }
 
 /*
@@ -1026,13 +1280,11 @@ static int ss_ctx(struct cell *cl)
  * "signal" such as io_uring's TIF_NOTIFY_SIGNAL task work interrupts a
  * synchronous wait) counts as failed and cancelled: noted, not fatal.
  */
-static void ss_peak(struct cell *cl, int fd)
+static struct stablesend_counters ss_counters(struct cell *cl, struct ss *ss)
 {
-	static unsigned long long seen_cancelled[NSIZES][3];
-	unsigned long long *sc = &seen_cancelled[cl->si][ss_slot(cl->method)];
 	struct stablesend_counters c;
 
-	if (ioctl(fd, STABLESEND_IOC_COUNTERS, &c))
+	if (ioctl(ss->fd, STABLESEND_IOC_COUNTERS, &c))
 		die("STABLESEND_IOC_COUNTERS");
 	cl->peak = c.mem_peak;
 	cl->peak_valid = 1;
@@ -1044,47 +1296,40 @@ static void ss_peak(struct cell *cl, int fd)
 		    mname[cl->method], szname[cl->si], c.failed, c.submitted,
 		    c.cancelled, c.bytes_sent);
 	}
-	if (c.cancelled > *sc) {
+	if (c.cancelled > ss->seen_cancelled) {
 		fprintf(stderr, "  note: %s %s: %llu request(s) cancelled by an interrupted wait and resubmitted\n",
-			mname[cl->method], szname[cl->si], c.cancelled - *sc);
-		*sc = c.cancelled;
+			mname[cl->method], szname[cl->si],
+			c.cancelled - ss->seen_cancelled);
+		ss->seen_cancelled = c.cancelled;
 	}
+	return c;
 }
 
-static void m_ss_sync(struct cell *cl)
+/*
+ * The end of a stablesend cell: the last request asked for RELEASED, and
+ * its record (CQE) is in; every page of the open must be back too (the
+ * stack releases a socket's pages in order, so this rarely waits).
+ */
+static void ss_drained(struct cell *cl, struct ss *ss)
 {
-	int fd = ss_ctx(cl);
-	u64 i;
+	double t0 = now_s();
 
-	for (i = 0; i < cl->nreq; i++) {
-		struct stablesend_req r = {
-			.file_fd = file_fd, .sock_fd = cl->c->sock,
-			.offset = cell_off(cl), .len = cl->size, .user_data = i,
-		};
-
-		while (r.len) {
-			long n = ioctl(fd, STABLESEND_IOC_SEND, &r);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0 || (u64)n > r.len)
-				die("STABLESEND_IOC_SEND returned %ld", n);
-			if ((u64)n < r.len)	/* interrupted after it started */
-				fprintf(stderr, "  note: STABLESEND_IOC_SEND short: %ld of %llu\n",
-					n, (u64)r.len);
-			r.offset += n;
-			r.len -= n;
+	while (ss_counters(cl, ss).mem_in_use) {
+		if (now_s() - t0 > 10) {
+			errno = 0;
+			die("%s %s: snapshot memory still in use 10 s after the last RELEASED",
+			    mname[cl->method], szname[cl->si]);
 		}
+		usleep(200);
 	}
-	ss_peak(cl, fd);
 }
 
-#define SS_BATCH_MAX 64
-
-static unsigned int ss_reap_some(int fd, int block, struct cell *cl)
+/* Read completion records; the count of SENT ones.  *released: RELEASED seen. */
+static unsigned int ss_reap_some(int fd, int block, struct cell *cl,
+				 int *released)
 {
 	struct stablesend_cqe cqe[256];
-	unsigned int n, i;
+	unsigned int n, i, sent = 0;
 	ssize_t r;
 
 	if (!block) {
@@ -1099,26 +1344,53 @@ static unsigned int ss_reap_some(int fd, int block, struct cell *cl)
 	if (r < 0)
 		die("read completions");
 	n = r / sizeof(cqe[0]);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		if (cqe[i].flags & STABLESEND_CQE_RELEASED) {
+			*released = 1;
+			continue;
+		}
 		if (cqe[i].res != (long long)cl->size)
 			die("stablesend completion res %lld", (long long)cqe[i].res);
-	return n;
+		sent++;
+	}
+	return sent;
 }
 
-/* Batched submissions, several requests in flight, completions by read/poll. */
-/*
- * Requests a pipelined stablesend cell keeps in flight: twice what the
- * limit holds (4 to 256), or with @by_memory (a completion means the
- * memory is back) what it holds (1 to 256).
- */
-static u64 ss_depth(const struct cell *cl, int by_memory)
+static void m_ss_sync(struct cell *cl)
 {
-	u64 depth = (by_memory ? 1 : 2) * ss_limit / cl->size;
+	struct ss *ss = *cl->state;
+	int released = 0;
+	u64 i;
 
-	if (depth < (by_memory ? 1 : 4))
-		depth = by_memory ? 1 : 4;
-	return depth > 256 ? 256 : depth;
+	for (i = 0; i < cl->nreq; i++) {
+		struct stablesend_req r = {
+			.file_fd = file_fd, .sock_fd = cl->c->sock,
+			.offset = cell_off(cl), .len = cl->size, .user_data = i,
+		};
+
+		if (i == cl->nreq - 1)
+			r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+		while (r.len) {
+			long n = ioctl(ss->fd, STABLESEND_IOC_SEND, &r);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0 || (u64)n > r.len)
+				die("STABLESEND_IOC_SEND returned %ld", n);
+			if ((u64)n < r.len)	/* interrupted after it started */
+				fprintf(stderr, "  note: STABLESEND_IOC_SEND short: %ld of %llu\n",
+					n, (u64)r.len);
+			r.offset += n;
+			r.len -= n;
+		}
+	}
+	cl->t_sent = now_s();
+	while (!released)
+		ss_reap_some(ss->fd, 1, cl, &released);
+	ss_drained(cl, ss);
 }
+
+#define SS_BATCH_MAX 64
 
 /* Requests per submission: half the depth, 1 to SS_BATCH_MAX. */
 static unsigned int ss_batch(u64 depth)
@@ -1128,15 +1400,17 @@ static unsigned int ss_batch(u64 depth)
 	return b > SS_BATCH_MAX ? SS_BATCH_MAX : b;
 }
 
+/* Batched submissions, cl->depth requests in flight, completions by read/poll. */
 static void m_ss_async(struct cell *cl)
 {
 	struct stablesend_req reqs[SS_BATCH_MAX];
 	struct stablesend_submit sub = {
 		.reqs = (uintptr_t)reqs, .entry_size = sizeof(reqs[0]),
 	};
-	int fd = ss_ctx(cl);
-	u64 depth = ss_depth(cl, 0), issued = 0, inflight = 0;
+	struct ss *ss = *cl->state;
+	u64 depth = cl->depth, issued = 0, inflight = 0;
 	unsigned int batch = ss_batch(depth);
+	int released = 0;
 
 	while (issued < cl->nreq || inflight) {
 		u64 n = cl->nreq - issued;
@@ -1156,52 +1430,54 @@ static void m_ss_async(struct cell *cl)
 				reqs[j].offset = cell_off(cl);
 				reqs[j].len = cl->size;
 				reqs[j].user_data = issued + j;
+				if (issued + j == cl->nreq - 1)
+					reqs[j].flags = STABLESEND_REQ_NOTIFY_RELEASE;
 			}
 			sub.nr = n;
 			do
-				k = ioctl(fd, STABLESEND_IOC_SUBMIT, &sub);
+				k = ioctl(ss->fd, STABLESEND_IOC_SUBMIT, &sub);
 			while (k < 0 && errno == EINTR);
 			if (k <= 0)
 				die("STABLESEND_IOC_SUBMIT");
 			if ((u64)k < n) {
 				/* give back the offsets of what was refused */
 				cl->next_off = reqs[k].offset;
+				for (j = k; j < n; j++)
+					cell_unoff(cl, reqs[j].offset);
 			}
 			issued += k;
 			inflight += k;
-			inflight -= ss_reap_some(fd, 0, cl);
+			inflight -= ss_reap_some(ss->fd, 0, cl, &released);
 		} else {
-			inflight -= ss_reap_some(fd, 1, cl);
+			inflight -= ss_reap_some(ss->fd, 1, cl, &released);
 		}
 	}
-	ss_peak(cl, fd);
+	cl->t_sent = now_s();
+	while (!released)
+		ss_reap_some(ss->fd, 1, cl, &released);
+	ss_drained(cl, ss);
 }
 
 #ifdef HAVE_LIBURING
 /*
  * stablesend on the application's own ring (stablesend_prep_uring()), the
- * way an io_uring server writes it: as many requests in flight as
- * stablesend-async keeps, a batch of SQEs per io_uring_submit(), CQEs
- * reaped as they come.  After a CQE that says EAGAIN the loop waits for
- * POLLOUT on the device (64 KiB free, or 100 ms) and submits it again.
+ * way an io_uring server writes it: cl->depth requests in flight, a batch
+ * of SQEs per io_uring_submit_and_wait(), CQEs reaped as they come.  After
+ * a CQE that says EAGAIN (the memory limit) the loop waits for POLLOUT on
+ * the device (64 KiB free, or 100 ms) and submits that request again.
  * --uring-wait 1 sets STABLESEND_URING_F_WAIT instead: a command at the
  * memory limit waits for memory in io_uring's worker.  Either way a
- * request that met the limit may go out after later ones (every request
- * of a cell carries the same bytes).
+ * request that met the limit may go out after later ones.  The last
+ * request asks for RELEASED, so its CQE comes when its pages are back; the
+ * ring has no separate SENT for it, so this method has no SENT-only figure.
  */
 static void m_ss_uring(struct cell *cl)
 {
-	int fd = ss_ctx(cl);
-	u64 depth = ss_depth(cl, opt.uring_release), issued = 0, inflight = 0;
+	struct ss *ss = *cl->state;
+	u64 depth = cl->depth, issued = 0, inflight = 0, nretry = 0, next = 0;
 	unsigned int batch = ss_batch(depth);
-	struct stablesend_req *reqs;
-	struct io_uring ring;
 	int full = 0, ret;
 
-	/* io_uring's worker reads a waiting command's request late: one each. */
-	reqs = calloc(cl->nreq, sizeof(*reqs));
-	if (!reqs || uring_init(&ring, 2 * depth))
-		die("io_uring for stablesend-uring");
 	while (issued < cl->nreq || inflight) {
 		struct io_uring_cqe *cqe;
 		unsigned int head, seen = 0, j;
@@ -1213,38 +1489,40 @@ static void m_ss_uring(struct cell *cl)
 			n = depth - inflight;
 		if (full) {
 			/* As documented: POLLOUT on the device once 64 KiB are free. */
-			poll(&(struct pollfd){ .fd = fd, .events = POLLOUT }, 1, 100);
+			poll(&(struct pollfd){ .fd = ss->fd, .events = POLLOUT }, 1, 100);
 			full = 0;
 		}
-		/* Read when io_uring issues them (in its worker, if they wait). */
 		for (j = 0; j < n; j++) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ss->ring);
+			int fresh = !nretry;
+			u64 idx = fresh ? next++ : ss->retry[--nretry];
+			struct stablesend_req *q = &ss->reqs[idx];
 
-			struct stablesend_req *q = &reqs[issued + j];
-
-			stablesend_prep_req(q, file_fd, cl->c->sock, cell_off(cl),
-					    cl->size, issued + j);
-			if (opt.uring_release)
-				q->flags = STABLESEND_REQ_NOTIFY_RELEASE;
-			stablesend_prep_uring(sqe, fd, q);
+			if (fresh) {
+				stablesend_prep_req(q, file_fd, cl->c->sock,
+						    cell_off(cl), cl->size, idx);
+				if (idx == cl->nreq - 1)
+					q->flags = STABLESEND_REQ_NOTIFY_RELEASE;
+			}
+			stablesend_prep_uring(sqe, ss->fd, q);
 			if (opt.uring_wait)
 				((struct stablesend_uring_cmd *)sqe->cmd)->flags =
 					STABLESEND_URING_F_WAIT;
-			sqe->user_data = issued + j;
+			sqe->user_data = idx;
 		}
 		issued += n;
 		inflight += n;
-		ret = io_uring_submit_and_wait(&ring, n ? 0 : 1);
+		ret = io_uring_submit_and_wait(&ss->ring, n ? 0 : 1);
 		if (ret < 0 && ret != -EINTR) {
 			errno = -ret;
 			die("io_uring_submit_and_wait");
 		}
-		full = 0;
-		io_uring_for_each_cqe(&ring, head, cqe) {
+		io_uring_for_each_cqe(&ss->ring, head, cqe) {
 			seen++;
 			inflight--;
 			if (cqe->res == -EAGAIN) {
 				/* At the memory limit: again once memory is free. */
+				ss->retry[nretry++] = cqe->user_data;
 				issued--;
 				full = 1;
 				continue;
@@ -1255,11 +1533,9 @@ static void m_ss_uring(struct cell *cl)
 				    (u64)cqe->user_data, cl->nreq, inflight, cqe->res);
 			}
 		}
-		io_uring_cq_advance(&ring, seen);
+		io_uring_cq_advance(&ss->ring, seen);
 	}
-	io_uring_queue_exit(&ring);
-	free(reqs);
-	ss_peak(cl, fd);
+	ss_drained(cl, ss);
 }
 #endif
 
@@ -1310,15 +1586,18 @@ static void diag(struct conn *c, int si, int sync)
 	u64 size = sizes[si], budget = size < 64 * KiB ? opt.budget_small : opt.budget;
 	u64 nreq = budget / size < 4 ? 4 : budget / size, i, off = 0;
 	struct diag_rec *r = calloc(nreq, sizeof(*r));
-	struct diag_arg a = { .fd = ss_open_ctx(), .r = r };
+	struct diag_arg a = { .fd = ss_open(0, NULL), .r = r };
 	double t0, t1, in_call = 0, min_call = 1e9, lag = 0, qt = 0, maxlag = 0;
+	struct cell dc = { .c = c, .method = sync ? M_SS_SYNC : M_SS_ASYNC,
+			   .si = si, .size = size };
 	struct stablesend_counters cnt;
+	struct rx_ack ack;
 	pthread_t th;
 
 	a.expect = nreq * (sync ? 1 : 2);
 	if (pthread_create(&th, NULL, diag_reaper, &a))
 		die("pthread_create");
-	conn_expect(c, nreq * size);
+	conn_expect(c, nreq * size, size, 0);
 	t0 = now_s();
 	for (i = 0; i < nreq; i++) {
 		struct stablesend_req q = {
@@ -1341,7 +1620,7 @@ static void diag(struct conn *c, int si, int sync)
 		if (ret != (sync ? (long)size : 1))
 			die("diag: request returned %ld", ret);
 	}
-	conn_wait(c);
+	conn_wait(c, &dc, 0, &ack);
 	t1 = now_s();
 	for (i = 0; !a.done && i < 5000; i++)
 		usleep(1000);
@@ -1377,21 +1656,36 @@ static void diag(struct conn *c, int si, int sync)
 	free(r);
 }
 
-typedef void (*method_fn)(struct cell *);
-static const method_fn mfn[NMETH] = {
-	m_pread, m_sendfile, m_splice, m_zc,
+/*
+ * The methods.  Pipelined ones keep opt.depth requests in flight; the
+ * others one at a time (a call that returns when its bytes are in the
+ * socket).
+ */
+struct method {
+	void (*prep)(struct cell *cl);
+	void (*run)(struct cell *cl);
+	void (*fini)(void *state);
+	int pipelined;
+};
+
+static const struct method methods[NMETH] = {
+	[M_PREAD] = { m_pread_prep, m_pread, mem_fini, 0 },
+	[M_SENDFILE] = { NULL, m_sendfile, NULL, 0 },
+	[M_SPLICE] = { m_splice_prep, m_splice, m_splice_fini, 0 },
+	[M_ZC] = { m_zc_prep, m_zc, m_zc_fini, 1 },
 #ifdef HAVE_LIBURING
-	m_uring,
-#else
-	NULL,
+	[M_URING] = { uring_prep, uring_run, uring_fini, 1 },
+	[M_SAMBA] = { samba_prep, samba_run, uring_fini, 1 },
 #endif
-	m_ss_sync, m_ss_async,
+	[M_SS_SYNC] = { ss_prep, m_ss_sync, ss_fini, 0 },
+	[M_SS_ASYNC] = { ss_prep, m_ss_async, ss_fini, 1 },
 #ifdef HAVE_LIBURING
-	m_ss_uring,
-#else
-	NULL,
+	[M_SS_URING] = { ss_prep, m_ss_uring, ss_fini, 1 },
 #endif
 };
+
+/* Each method's state per size, kept for one transport. */
+static void *mstate[NMETH][NSIZES];
 
 static const char *method_na(int m, int tr)
 {
@@ -1401,14 +1695,12 @@ static const char *method_na(int m, int tr)
 			return "AF_UNIX has no MSG_ZEROCOPY";
 		break;
 	case M_URING:
+	case M_SAMBA:
 #ifndef HAVE_LIBURING
 		return "built without liburing";
+#else
+		return uring_na(tr);
 #endif
-		if (!have_uring)
-			return "kernel lacks io_uring SEND_ZC/READ_FIXED (or io_uring disabled)";
-		if (tr == T_UNIX)
-			return "AF_UNIX has no SEND_ZC";
-		break;
 	case M_SS_SYNC:
 	case M_SS_ASYNC:
 		if (!have_ss)
@@ -1481,61 +1773,119 @@ static void *stall_watchdog(void *arg)
 	return NULL;
 }
 
-/* Run one cell: bytes to the receiver, timed from first send to the ack. */
+static u64 max_u64(u64 a, u64 b)
+{
+	return a > b ? a : b;
+}
+
+double bench_trial(struct cell *cl, void (*fn)(struct cell *), u64 nreq)
+{
+	struct cell t = *cl;
+	struct rx_ack a;
+	u64 t0, t1;
+
+	t.nreq = nreq;
+	t.off_sum = t.off_n = 0;
+	conn_expect(cl->c, nreq * cl->size, cl->size, 0);
+	t0 = clock_ns(CLOCK_MONOTONIC);
+	fn(&t);
+	t1 = clock_ns(CLOCK_MONOTONIC);
+	conn_wait(cl->c, &t, 0, &a);
+	cl->next_off = t.next_off;
+	return nreq * cl->size * 1e9 / (max_u64(t1, a.t_last_ns) - t0);
+}
+
+/*
+ * Run one cell.  The method's prep() (buffers, rings, device opens) runs
+ * before the clock starts; the clock stops when the receiver has the last
+ * byte and the method returned (its memory reusable), whichever is later.
+ * A warm-up cell (untimed, a quarter of the budget) checks every byte.
+ */
 static void run_cell(struct conn *c, int m, int si, int run, int warm)
 {
 	static u64 offs[NMETH][NSIZES];
 	struct cell cl = {
 		.c = c, .method = m, .si = si, .size = sizes[si],
+		.depth = methods[m].pipelined ? opt.depth : 1,
+		.state = &mstate[m][si],
 	};
 	u64 budget = sizes[si] < 64 * KiB ? opt.budget_small : opt.budget;
-	double t0, t1, s0, s1, r0, r1, sys, snd;
+	u64 t0, t_ret, t1, t_read, bytes;
+	double b0, b1, r0, r1, sys, snd, thr, sent = NAN;
+	char variant[64], *p;
+	struct rx_ack a;
 
 	if (warm)
 		budget = budget / 4 > 16 * MiB ? 16 * MiB : budget / 4;
 	cl.nreq = budget / cl.size;
 	if (cl.nreq < 2)
 		cl.nreq = 2;
+	bytes = cl.nreq * cl.size;
 	cl.next_off = offs[m][si];
 	if (m == M_ZC && !c->zc_ok)
 		die("SO_ZEROCOPY refused on %s", tname[c->tr]);
 
 	cur_conn = c;
-	conn_expect(c, cl.nreq * cl.size);
+	if (methods[m].prep)
+		methods[m].prep(&cl);
+	cl.off_sum = cl.off_n = 0;	/* trials in prep() were checked apart */
 	r0 = proc_cpu_ns(c->pid);
-	t0 = now_s();
-	s0 = sys_busy_ns(t0);
-	mfn[m](&cl);
-	conn_wait(c);
-	t1 = now_s();
-	s1 = sys_busy_ns(t1);
+	conn_expect(c, bytes, cl.size, warm);
+	t0 = clock_ns(CLOCK_MONOTONIC);
+	b0 = busy_ns(t0);
+	methods[m].run(&cl);
+	t_ret = clock_ns(CLOCK_MONOTONIC);
+	conn_wait(c, &cl, warm, &a);
+	t_read = clock_ns(CLOCK_MONOTONIC);
+	b1 = busy_ns(t_read);
 	r1 = proc_cpu_ns(c->pid);
 	offs[m][si] = cl.next_off;
 	cells_done++;
 	if (warm)
 		return;
 
-	sys = (s1 - s0) / (cl.nreq * cl.size);
-	snd = (s1 - s0 - (r1 - r0)) / (cl.nreq * cl.size);
+	t1 = max_u64(t_ret, a.t_last_ns);
+	thr = bytes * 1e9 / (t1 - t0);
+	if (cl.t_sent > 0)
+		sent = bytes * 1e9 /
+		       (max_u64((u64)(cl.t_sent * 1e9), a.t_last_ns) - t0);
+	sys = (b1 - b0) / bytes;
+	snd = (b1 - b0 - (r1 - r0)) / bytes;
 	if (snd < 0)
 		snd = 0;
-	fprintf(stderr, "  %-8s %-6s %-17s run %d: %9.1f MB/s  sys %.3f ns/B  sender %.3f ns/B  peak %lluK%s\n",
-		tname[c->tr], szname[si], mname[m], run,
-		cl.nreq * cl.size / (t1 - t0) / 1e6, sys, snd,
-		cl.peak_valid ? cl.peak / 1024 : 0, cl.copied ? "  (copied)" : "");
-	printf("@csv %s,%s,%llu,%s,%d,%.0f,%.4f,%.4f,", kernel, tname[c->tr],
-	       cl.size, mname[m], run, cl.nreq * cl.size / (t1 - t0), sys, snd);
+	fprintf(stderr, "  %-8s %-6s %-17s run %d: %9.1f MB/s", tname[c->tr],
+		szname[si], mname[m], run, thr / 1e6);
+	if (!isnan(sent))
+		fprintf(stderr, " (at SENT %.1f)", sent / 1e6);
+	fprintf(stderr, "  sys %.3f ns/B  sender %.3f ns/B  peak %lluK%s%s%s\n",
+		sys, snd, cl.peak_valid ? cl.peak / 1024 : 0,
+		cl.copied ? "  (copied)" : "", cl.variant ? "  " : "",
+		cl.variant ? cl.variant : "");
+	snprintf(variant, sizeof(variant), "%s", cl.variant ? cl.variant : "");
+	for (p = variant; *p; p++)	/* a CSV field */
+		if (*p == ',')
+			*p = '+';
+	printf("@csv %s,%ld,%s,%llu,%s,%s,%u,%d,%.0f,", kernel, ncpus,
+	       tname[c->tr], cl.size, mname[m], variant, cl.depth, run, thr);
+	if (!isnan(sent))
+		printf("%.0f", sent);
+	printf(",%.4f,%.4f,", sys, snd);
 	if (cl.peak_valid)
 		printf("%llu", cl.peak);
-	printf("\n");
+	printf(",%llu\n", a.checked);
 	fflush(stdout);
 }
 
-static void memcpy_bw(void)
+/*
+ * Copy speeds, for the one-copy bound: the kernel's (read(2) of the cached
+ * file into a buffer: copy_to_user) and user space's memcpy, which an
+ * emulator may run at a very different speed.
+ */
+static void copy_speeds(void)
 {
 	size_t n = 32 * MiB;
 	char *a = big_alloc(n), *b = big_alloc(n);
-	double best = 1e9;
+	double best = 1e9, kbest = 1e9;
 	int i;
 
 	for (i = 0; i < 5; i++) {
@@ -1545,14 +1895,76 @@ static void memcpy_bw(void)
 		t = now_s() - t;
 		if (t < best)
 			best = t;
+		t = now_s();
+		pread_exact(file_fd, a, n, 0);
+		t = now_s() - t;
+		if (t < kbest)
+			kbest = t;
 	}
 	/* keep the copies observable */
-	if (a[n / 2] == 42)
+	if (a[n / 2] == 42 || b[n / 2] == 42)
 		fprintf(stderr, ".");
-	fprintf(stderr, "memcpy: %.1f MB/s (one-copy ceiling)\n", n / best / 1e6);
-	printf("@csv %s,-,%zu,memcpy,1,%.0f,,,\n", kernel, n, n / best);
+	fprintf(stderr, "copy: kernel (read of a cached file) %.1f MB/s, user-space memcpy %.1f MB/s\n",
+		n / kbest / 1e6, n / best / 1e6);
+	printf("@csv %s,%ld,-,%zu,kernel-copy,,,1,%.0f,,,,,\n", kernel, ncpus, n,
+	       n / kbest);
+	printf("@csv %s,%ld,-,%zu,memcpy,,,1,%.0f,,,,,\n", kernel, ncpus, n,
+	       n / best);
 	munmap(a, n);
 	munmap(b, n);
+}
+
+/*
+ * The module's own copy speed: SUBMITs of 1 MiB requests to an AF_UNIX
+ * socket whose buffer is already full, so that each call only takes its
+ * snapshot and queues it; 8 per round, the requests cancelled after each
+ * round (their pages go back to the open's pool), best of the 5 rounds
+ * after the first.
+ */
+static void module_copy_speed(void)
+{
+	double best = 1e9;
+	char junk[65536];
+	int sv[2], round, fd;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		die("socketpair");
+	if (fcntl(sv[0], F_SETFL, O_NONBLOCK))
+		die("fcntl");
+	memset(junk, 0, sizeof(junk));
+	while (write(sv[0], junk, sizeof(junk)) > 0)
+		;
+	fd = ss_open(0, NULL);
+	for (round = 0; round < 6; round++) {
+		double t = now_s();
+		int i;
+
+		for (i = 0; i < 8; i++) {
+			struct stablesend_req q = {
+				.file_fd = file_fd, .sock_fd = sv[0],
+				.offset = i * MiB, .len = MiB, .user_data = 1,
+			};
+			struct stablesend_submit sub = {
+				.reqs = (uintptr_t)&q, .nr = 1,
+				.entry_size = sizeof(q),
+			};
+
+			if (ioctl(fd, STABLESEND_IOC_SUBMIT, &sub) != 1)
+				die("module copy: SUBMIT");
+		}
+		t = now_s() - t;
+		if (round && t < best)	/* the first filled the pool */
+			best = t;
+		if (ioctl(fd, STABLESEND_IOC_CANCEL, &(unsigned long long){ 1 }) != 8)
+			die("module copy: CANCEL");
+	}
+	close(fd);
+	close(sv[0]);
+	close(sv[1]);
+	fprintf(stderr, "copy: the module's (SUBMIT to a full socket) %.1f MB/s\n",
+		8 * MiB / best / 1e6);
+	printf("@csv %s,%ld,-,%llu,module-copy,,,1,%.0f,,,,,\n", kernel, ncpus,
+	       8 * MiB, 8 * MiB / best);
 }
 
 static int parse_list(const char *arg, const char *const *names, int n,
@@ -1582,19 +1994,46 @@ int report(int argc, char **argv);
 static void usage(void)
 {
 	fprintf(stderr,
-"usage: bench [--quick] [--runs N] [--budget BYTES] [--budget-small BYTES]\n"
+"usage: bench [--quick] [--runs N] [--depth N] [--budget BYTES] [--budget-small BYTES]\n"
 "             [--transports tcp-lo,tcp-veth,unix] [--methods LIST] [--sizes 4KiB,...]\n"
-"             [--file-size BYTES] [--limit BYTES] [--diag RUNS]\n"
-"             [--uring-wait 0|1] [--uring-release 0|1]\n"
-"       bench --report FILE.csv... [--plot DIR]\n");
+"             [--file-size BYTES] [--limit BYTES] [--diag RUNS] [--uring-wait 0|1]\n"
+"             [--host 1] [--soak 0]\n"
+"       bench --report FILE.csv... [--plot DIR] [--summary FILE]\n");
 	exit(2);
+}
+
+/* The file: in tmpfs, every word its own offset ^ PATTERN, read once (cached). */
+static void make_file(void)
+{
+	char name[] = "/tmp/bench-file-XXXXXX";
+	size_t chunk = 1 * MiB;
+	u64 *buf = malloc(chunk), off;
+	int fd = mkstemp(name);
+
+	if (fd < 0 || !buf)
+		die("mkstemp");
+	for (off = 0; off < opt.file_size; off += chunk) {
+		size_t j;
+
+		for (j = 0; j < chunk / 8; j++)
+			buf[j] = (off + 8 * j) ^ PATTERN;
+		if (pwrite(fd, buf, chunk, off) != (ssize_t)chunk)
+			die("pwrite");
+	}
+	for (off = 0; off < opt.file_size; off += chunk)
+		pread_exact(fd, buf, chunk, off);
+	free(buf);
+	close(fd);
+	file_fd = open(name, O_RDONLY | O_CLOEXEC);
+	unlink(name);
+	if (file_fd < 0)
+		die("open %s", name);
 }
 
 int main(int argc, char **argv)
 {
 	struct utsname u;
 	int i, tr, run, si, mi, quick = 0;
-	char name[] = "/tmp/bench-file-XXXXXX";
 
 	if (argc > 1 && !strcmp(argv[1], "--report"))
 		return report(argc - 2, argv + 2);
@@ -1624,16 +2063,20 @@ int main(int argc, char **argv)
 		i++;
 		if (!strcmp(a, "--runs"))
 			opt.runs = atoi(v);
+		else if (!strcmp(a, "--depth"))
+			opt.depth = atoi(v);
 		else if (!strcmp(a, "--budget"))
 			opt.budget = parse_size(v);
 		else if (!strcmp(a, "--budget-small"))
 			opt.budget_small = parse_size(v);
 		else if (!strcmp(a, "--file-size"))
 			opt.file_size = parse_size(v);
-		else if (!strcmp(a, "--uring-release"))
-			opt.uring_release = atoi(v);
 		else if (!strcmp(a, "--uring-wait"))
 			opt.uring_wait = atoi(v);
+		else if (!strcmp(a, "--host"))
+			opt.host = atoi(v);
+		else if (!strcmp(a, "--soak"))
+			opt.soak = atoi(v);
 		else if (!strcmp(a, "--diag"))
 			diag_mode = atoi(v);
 		else if (!strcmp(a, "--limit"))
@@ -1650,51 +2093,31 @@ int main(int argc, char **argv)
 		} else
 			usage();
 	}
+	if (opt.depth < 1 || opt.depth > 256) {
+		fprintf(stderr, "bench: --depth must be 1 to 256\n");
+		usage();
+	}
 	if (opt.file_size < 2 * sizes[NSIZES - 1])
 		opt.file_size = 2 * sizes[NSIZES - 1];
+	opt.file_size &= ~(MiB - 1);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	clk_tck = sysconf(_SC_CLK_TCK);
 	ncpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uname(&u);
-	snprintf(kernel, sizeof(kernel), "%s", u.release);
-
-	/* the file: in tmpfs, written then read once, so in the page cache */
-	{
-		size_t chunk = 1 * MiB;
-		char *buf = malloc(chunk);
-		u64 off;
-		int fd = mkstemp(name);
-
-		if (fd < 0 || !buf)
-			die("mkstemp");
-		for (off = 0; off < opt.file_size; off += chunk) {
-			size_t j;
-
-			for (j = 0; j < chunk; j += 64)
-				buf[j] = (char)((off >> 20) + j);
-			if (pwrite(fd, buf, chunk, off) != (ssize_t)chunk)
-				die("pwrite");
-		}
-		for (off = 0; off < opt.file_size; off += chunk)
-			pread_exact(fd, buf, chunk, off);
-		free(buf);
-		close(fd);
-		file_fd = open(name, O_RDONLY | O_CLOEXEC);
-		unlink(name);
-		if (file_fd < 0)
-			die("open %s", name);
-	}
+	snprintf(kernel, sizeof(kernel), "%s%s", opt.host ? "host:" : "",
+		 u.release);
+	make_file();
 
 	{
 		int fd = open(STABLESEND_DEVICE, O_RDWR | O_CLOEXEC);
-		struct stablesend_setup s = { .eventfd = -1, .mem_limit = opt.limit };
+		struct stablesend_setup s = { .eventfd = -1 };
 
 		if (fd >= 0) {
 			have_ss = 1;
 			if (ioctl(fd, STABLESEND_IOC_SETUP, &s))
-				die("STABLESEND_IOC_SETUP (limit %llu)", opt.limit);
-			ss_limit = s.mem_limit;
+				die("STABLESEND_IOC_SETUP");
+			ss_default_limit = s.mem_limit;
 			ss_feat_ok = (s.features & STABLESEND_FEAT_SUBMIT) &&
 				     (s.features & STABLESEND_FEAT_SEND);
 			ss_uring_ok = !!(s.features & STABLESEND_FEAT_URING);
@@ -1704,20 +2127,33 @@ int main(int argc, char **argv)
 #ifdef HAVE_LIBURING
 	probe_uring();
 #endif
-	fprintf(stderr, "bench: kernel %s, %ld CPUs, file %llu MiB, %d run(s), %llu MiB per cell (%llu MiB at 4 KiB), stablesend %s limit %llu\n",
-		kernel, sysconf(_SC_NPROCESSORS_ONLN), opt.file_size / MiB,
-		opt.runs, opt.budget / MiB, opt.budget_small / MiB,
-		have_ss ? "present," : "absent,", ss_limit);
+	if (opt.soak)
+		soakers_start();
+	fprintf(stderr, "bench: kernel %s, %ld CPUs, file %llu MiB, %d run(s), %llu MiB per cell (%llu MiB at 4 KiB), depth %u, stablesend %s default limit %llu\n",
+		kernel, ncpus, opt.file_size / MiB, opt.runs, opt.budget / MiB,
+		opt.budget_small / MiB, opt.depth,
+		have_ss ? "present," : "absent,", ss_default_limit);
 	{
 		pthread_t th;
 
 		if (pthread_create(&th, NULL, stall_watchdog, NULL))
 			die("pthread_create");
 	}
-	printf("@csv kernel,transport,size,method,run,throughput_Bps,sys_cpu_ns_per_byte,sender_cpu_ns_per_byte,peak_inflight_bytes\n");
-	memcpy_bw();
+	printf("@csv kernel,cpus,transport,size,method,variant,depth,run,throughput_Bps,sent_throughput_Bps,sys_cpu_ns_per_byte,sender_cpu_ns_per_byte,peak_inflight_bytes,checked_bytes\n");
+	if (soakers) {
+		double leak = soak_leak();
+
+		fprintf(stderr, "CPU time: soakers get %.2f%% of the CPUs under full load (busy time reads that much low)\n",
+			100 * leak);
+		printf("@csv %s,%ld,-,0,soak-leak,,,1,,,%.5f,,,\n", kernel, ncpus,
+		       leak);
+	}
+	copy_speeds();
+	if (have_ss && ss_feat_ok)
+		module_copy_speed();
 	if (have_ss)
-		printf("@csv %s,-,0,mem_limit,1,,,,%llu\n", kernel, ss_limit);
+		printf("@csv %s,%ld,-,0,mem_limit,,,1,,,,,%llu,\n", kernel, ncpus,
+		       ss_default_limit);
 
 	for (tr = 0; diag_mode && have_ss && tr < NTRANS; tr++) {
 		struct conn c;
@@ -1740,9 +2176,6 @@ int main(int argc, char **argv)
 
 		if (!opt.trans[tr])
 			continue;
-		for (si = 0; si < NSIZES; si++)
-			for (i = 0; i < 3; i++)
-				ss_fds[si][i] = -1;
 		conn_open(&c, tr);
 		for (mi = 0; mi < NMETH; mi++) {
 			const char *why = method_na(mi, tr);
@@ -1771,14 +2204,12 @@ int main(int argc, char **argv)
 			}
 		}
 		conn_close(&c);
-		for (si = 0; si < NSIZES; si++)
-			for (i = 0; i < 3; i++)
-				if (ss_fds[si][i] >= 0)
-					close(ss_fds[si][i]);
-	}
-	if (splice_pipe[0] >= 0) {
-		close(splice_pipe[0]);
-		close(splice_pipe[1]);
+		for (mi = 0; mi < NMETH; mi++)
+			for (si = 0; si < NSIZES; si++)
+				if (mstate[mi][si]) {
+					methods[mi].fini(mstate[mi][si]);
+					mstate[mi][si] = NULL;
+				}
 	}
 	fprintf(stderr, "bench: done\n");
 	return 0;

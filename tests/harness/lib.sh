@@ -596,7 +596,7 @@ ss_boot() {
 ss_boot_once() {
 	local w=$1 kernel=$2 initrd=$3 deadline=$(($(date +%s) + $4)) stream=${5:-}
 	local accel=${SS_ACCEL:-tcg} cpu=max qemu tail= seen=0 line lines
-	local smp=2 debug= slack=60 finished=0
+	local smp=${STABLESEND_VM_CPUS:-2} debug= slack=60 finished=0
 	SS_KILLED=0
 	[[ $accel == kvm ]] && cpu=host
 	# The debug kernel has no ACPI: plain "-smp 2" would bring up one CPU.
