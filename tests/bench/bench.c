@@ -1931,9 +1931,11 @@ static void module_copy_speed(void)
 		die("socketpair");
 	if (fcntl(sv[0], F_SETFL, O_NONBLOCK))
 		die("fcntl");
+	/* Full down to the last byte: no request may start to go out. */
 	memset(junk, 0, sizeof(junk));
-	while (write(sv[0], junk, sizeof(junk)) > 0)
-		;
+	for (round = sizeof(junk); round; round /= 2)
+		while (write(sv[0], junk, round) > 0)
+			;
 	fd = ss_open(0, NULL);
 	for (round = 0; round < 6; round++) {
 		double t = now_s();
@@ -1955,8 +1957,16 @@ static void module_copy_speed(void)
 		t = now_s() - t;
 		if (round && t < best)	/* the first filled the pool */
 			best = t;
-		if (ioctl(fd, STABLESEND_IOC_CANCEL, &(unsigned long long){ 1 }) != 8)
-			die("module copy: CANCEL");
+		/*
+		 * 6.1's AF_UNIX sendpage appends to the peer's last skb even
+		 * with the buffer full: the very first request may start (it
+		 * stays stuck, and the later ones queue behind it).
+		 */
+		i = ioctl(fd, STABLESEND_IOC_CANCEL, &(unsigned long long){ 1 });
+		if (i != 8 && (round || i != 7)) {
+			errno = i < 0 ? errno : 0;
+			die("module copy: CANCEL took %d of 8 requests (one started to go out?)", i);
+		}
 	}
 	close(fd);
 	close(sv[0]);
