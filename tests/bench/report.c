@@ -731,6 +731,37 @@ int report(int argc, char **argv)
 			}
 			printf("\n");
 		}
+	printf("\n===== key ratios: stablesend-sync and stablesend-uring (throughput), medians, 4K/64K/1M/8M\n");
+	printf("%-34s %-9s %-23s %-23s %-23s %-23s\n", "run", "transport",
+	       "sync x sendfile", "sync x pread+send", "uring x io_uring",
+	       "uring x async");
+	for (i = 0; i < nr; i++)
+		for (ti = 0; ti < NT; ti++) {
+			static const int pair[4][2] = {
+				{ SS_SYNC, SENDFILE }, { SS_SYNC, PREAD },
+				{ SS_URING, URING }, { SS_URING, SS_ASYNC },
+			};
+			const char *k = runs[i], *t = trans[ti];
+			int si, w;
+
+			if (!has_transport(k, t) || !has_method(k, t, SS_SYNC))
+				continue;
+			printf("%-34s %-9s", k, t);
+			for (w = 0; w < 4; w++) {
+				char buf[64] = "";
+				size_t o = 0;
+
+				for (si = 0; si < NS; si++) {
+					double r = med(k, t, si, pair[w][0], THR) /
+						   med(k, t, si, pair[w][1], THR);
+
+					o += snprintf(buf + o, sizeof(buf) - o, isnan(r) ? "%s-" : "%s%.2f",
+						      si ? "/" : "", r);
+				}
+				printf(" %-23s", buf);
+			}
+			printf("\n");
+		}
 	printf("\n===== targets (issues 13, 16, 19; ratios of medians within one run)\n");
 	printf("one-copy bound (x sendfile targets) = 1 / (1 + S/M), S = sendfile's median\n"
 	       "MB/s in that cell, M = that run's module copy speed: a sender that copies\n"
