@@ -521,6 +521,10 @@ static void distortion(char (*runs)[128], int nr)
 
 static void plot(const char *dir, const char *k, int idx)
 {
+	static const char *const color[NM] = {
+		"#9400d3", "#009e73", "#56b4e9", "#e69f00", "#f0e442",
+		"#0072b2", "#e51e10", "#000000", "#808080",
+	};
 	char path[1024], base[128];
 	FILE *f;
 	int ti, si, m, nt = 0, col, first;
@@ -587,9 +591,9 @@ static void plot(const char *dir, const char *k, int idx)
 			for (m = 0, first = 1; m < NM; m++) {
 				if (!has_method(k, trans[ti], m))
 					continue;
-				fprintf(f, "%s'%s/plot-%s.dat' index %d using 1:%d with linespoints lt %d lw 2 title '%s'",
+				fprintf(f, "%s'%s/plot-%s.dat' index %d using 1:%d with linespoints pt %d lc rgb '%s' lw 2 title '%s'",
 					first ? "" : ", ", dir, base, b, 2 + m + col * NM, m + 1,
-					meth[m]);
+					color[m], meth[m]);
 				first = 0;
 			}
 			fprintf(f, "\n");
