@@ -141,7 +141,10 @@ static struct {
 	int uring_wait;		/* stablesend-uring: STABLESEND_URING_F_WAIT */
 	int host;		/* on the host: no module expected, kernel "host:" */
 	int soak;		/* CPU time from soakers (else /proc/stat) */
+	int match_memory;	/* stablesend's limit depth x size, as the peers' buffers */
+	const char *file_dir;	/* where the file lives (tmpfs in the guests) */
 } opt = {
+	.file_dir = "/tmp",
 	.soak = 1,
 	.runs = 3,
 	.depth = 8,
@@ -231,8 +234,10 @@ static long ncpus;
  * in 10 ms units.  The soaker is not quite invisible: CFS gives a
  * SCHED_IDLE task a weight of 3 against 1024 for a normal one, so busy time
  * reads up to 0.3% low, and a wake-up preempts the soaker instead of
- * leaving idle.  The guest run checks the soakers against /proc/stat over
- * the whole run and prints the difference (cpu_check()).
+ * leaving idle.  Each run measures both ends: busy time during 1 s of
+ * sleep (should be about 0: soakers drifting from the wall clock, or
+ * interrupts counted as idle, would show here) and the soakers' share
+ * under full load (soak_leak()).
  */
 struct soaker {
 	pthread_t th;
@@ -267,6 +272,21 @@ static void *soak(void *arg)
 	return NULL;
 }
 
+/* A thread running FN(ARG) on CPU only. */
+static void start_pinned(pthread_t *th, long cpu, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t at;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	pthread_attr_init(&at);
+	pthread_attr_setaffinity_np(&at, sizeof(set), &set);
+	if (pthread_create(th, &at, fn, arg))
+		die("pthread_create");
+	pthread_attr_destroy(&at);
+}
+
 static void soakers_start(void)
 {
 	long i;
@@ -275,16 +295,7 @@ static void soakers_start(void)
 	if (!soakers)
 		die("calloc");
 	for (i = 0; i < ncpus; i++) {
-		pthread_attr_t at;
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(i, &set);
-		pthread_attr_init(&at);
-		pthread_attr_setaffinity_np(&at, sizeof(set), &set);
-		if (pthread_create(&soakers[i].th, &at, soak, &soakers[i]))
-			die("pthread_create (soaker)");
-		pthread_attr_destroy(&at);
+		start_pinned(&soakers[i].th, i, soak, &soakers[i]);
 		while (!soakers[i].ready)
 			usleep(1000);
 	}
@@ -332,6 +343,17 @@ static void *spin_for(void *arg)
 	return NULL;
 }
 
+/* Busy share of the CPUs while this process sleeps 1 s. */
+static double soak_idle(void)
+{
+	u64 t0 = clock_ns(CLOCK_MONOTONIC), t1;
+	double b0 = busy_ns(t0);
+
+	usleep(1000000);
+	t1 = clock_ns(CLOCK_MONOTONIC);
+	return (busy_ns(t1) - b0) / ((double)(t1 - t0) * ncpus);
+}
+
 static double soak_leak(void)
 {
 	pthread_t *th = calloc(ncpus, sizeof(*th));
@@ -341,18 +363,8 @@ static double soak_leak(void)
 
 	t0 = clock_ns(CLOCK_MONOTONIC);
 	b0 = busy_ns(t0);
-	for (i = 0; i < ncpus; i++) {
-		pthread_attr_t at;
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(i, &set);
-		pthread_attr_init(&at);
-		pthread_attr_setaffinity_np(&at, sizeof(set), &set);
-		if (pthread_create(&th[i], &at, spin_for, &len))
-			die("pthread_create");
-		pthread_attr_destroy(&at);
-	}
+	for (i = 0; i < ncpus; i++)
+		start_pinned(&th[i], i, spin_for, &len);
 	for (i = 0; i < ncpus; i++)
 		pthread_join(th[i], NULL);
 	t1 = clock_ns(CLOCK_MONOTONIC);
@@ -764,6 +776,9 @@ static void conn_open(struct conn *c, int tr)
 		}
 		c->zc_ok = !setsockopt(c->sock, SOL_SOCKET, SO_ZEROCOPY, &one,
 				       sizeof(one));
+		/* As servers set it (nginx on keep-alive connections): no Nagle wait. */
+		if (setsockopt(c->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
+			die("TCP_NODELAY");
 	}
 }
 
@@ -799,7 +814,14 @@ static void conn_wait(struct conn *c, const struct cell *cl, int full,
 		    tname[c->tr], mname[cl->method], szname[cl->si], a->bad,
 		    a->bad_pos, a->bad_got, a->bad_want);
 	}
-	if (full && (a->blocks != cl->off_n || a->off_sum != cl->off_sum)) {
+	/*
+	 * Every block's first word was read: always in a full check, and in
+	 * a sampled one when blocks are whole windows' multiples (64 KiB and
+	 * up: each block starts a window).  Then the blocks are exactly the
+	 * requests sent, none twice or stale from an earlier one.
+	 */
+	if ((full || cl->size % RX_STRIDE == 0) &&
+	    (a->blocks != cl->off_n || a->off_sum != cl->off_sum)) {
 		errno = 0;
 		die("%s %s %s: the receiver got %llu requests (offsets summing to %llu), the cell sent %llu (%llu)",
 		    tname[c->tr], mname[cl->method], szname[cl->si], a->blocks,
@@ -837,7 +859,7 @@ static void sample_outq(struct cell *cl, u64 i)
 {
 	int q;
 
-	if (cl->size < 64 * KiB && (i & 63))
+	if (i & 15)	/* the ioctl's cost spread thin, the same at every size */
 		return;
 	if (!ioctl(cl->c->sock, SIOCOUTQ, &q) && (u64)q > cl->peak)
 		cl->peak = q;
@@ -1214,6 +1236,8 @@ struct ss {
 	u64 nreqs;
 };
 
+static int methods_pipelined(int m);
+
 /* An open of the device with LIMIT (0: the default); *IN_FORCE: what it got. */
 static int ss_open(u64 limit, u64 *in_force)
 {
@@ -1237,7 +1261,9 @@ static void ss_prep(struct cell *cl)
 		ss = calloc(1, sizeof(*ss));
 		if (!ss)
 			die("calloc");
-		ss->fd = ss_open(opt.limit, &ss->limit);
+		ss->fd = ss_open(opt.limit ? opt.limit :
+				 opt.match_memory && methods_pipelined(cl->method) ?
+				 (u64)cl->depth * cl->size : 0, &ss->limit);
 		*cl->state = ss;
 	}
 #ifdef HAVE_LIBURING
@@ -1610,6 +1636,8 @@ static void diag(struct conn *c, int si, int sync)
 		};
 		long ret;
 
+		dc.off_sum += off;
+		dc.off_n++;
 		off = off + 2 * size > opt.file_size ? 0 : off + size;
 		r[i].t0 = now_s();
 		do
@@ -1683,6 +1711,11 @@ static const struct method methods[NMETH] = {
 	[M_SS_URING] = { ss_prep, m_ss_uring, ss_fini, 1 },
 #endif
 };
+
+static int methods_pipelined(int m)
+{
+	return methods[m].pipelined;
+}
 
 /* Each method's state per size, kept for one transport. */
 static void *mstate[NMETH][NSIZES];
@@ -1817,7 +1850,10 @@ static void run_cell(struct conn *c, int m, int si, int run, int warm)
 
 	if (warm)
 		budget = budget / 4 > 16 * MiB ? 16 * MiB : budget / 4;
+	/* Every buffer of a pipelined method used twice, at least. */
 	cl.nreq = budget / cl.size;
+	if (cl.nreq < 2 * (u64)cl.depth)
+		cl.nreq = 2 * (u64)cl.depth;
 	if (cl.nreq < 2)
 		cl.nreq = 2;
 	bytes = cl.nreq * cl.size;
@@ -2007,21 +2043,46 @@ static void usage(void)
 "usage: bench [--quick] [--runs N] [--depth N] [--budget BYTES] [--budget-small BYTES]\n"
 "             [--transports tcp-lo,tcp-veth,unix] [--methods LIST] [--sizes 4KiB,...]\n"
 "             [--file-size BYTES] [--limit BYTES] [--diag RUNS] [--uring-wait 0|1]\n"
-"             [--host 1] [--soak 0]\n"
+"             [--host 1] [--soak 0] [--match-memory 1] [--file-dir DIR]\n"
 "       bench --report FILE.csv... [--plot DIR] [--summary FILE]\n");
 	exit(2);
+}
+
+/*
+ * The methods in an order of their own per cell row, the same every time
+ * for the same SEED: every method follows a different one from row to
+ * row, so whatever a cell leaves behind on the shared connection is not
+ * always met by the same method.
+ */
+static void shuffle(int *order, unsigned int seed)
+{
+	unsigned int x = seed * 2654435761u + 12345, i, j;
+	int t;
+
+	for (i = 0; i < NMETH; i++)
+		order[i] = i;
+	for (i = NMETH - 1; i > 0; i--) {
+		x = x * 1103515245u + 12345;
+		j = (x >> 16) % (i + 1);
+		t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
 }
 
 /* The file: in tmpfs, every word its own offset ^ PATTERN, read once (cached). */
 static void make_file(void)
 {
-	char name[] = "/tmp/bench-file-XXXXXX";
+	char name[PATH_MAX];
 	size_t chunk = 1 * MiB;
 	u64 *buf = malloc(chunk), off;
-	int fd = mkstemp(name);
+	int fd;
+
+	snprintf(name, sizeof(name), "%s/bench-file-XXXXXX", opt.file_dir);
+	fd = mkstemp(name);
 
 	if (fd < 0 || !buf)
-		die("mkstemp");
+		die("mkstemp in %s", opt.file_dir);
 	for (off = 0; off < opt.file_size; off += chunk) {
 		size_t j;
 
@@ -2087,6 +2148,10 @@ int main(int argc, char **argv)
 			opt.host = atoi(v);
 		else if (!strcmp(a, "--soak"))
 			opt.soak = atoi(v);
+		else if (!strcmp(a, "--match-memory"))
+			opt.match_memory = atoi(v);
+		else if (!strcmp(a, "--file-dir"))
+			opt.file_dir = v;
 		else if (!strcmp(a, "--diag"))
 			diag_mode = atoi(v);
 		else if (!strcmp(a, "--limit"))
@@ -2151,12 +2216,14 @@ int main(int argc, char **argv)
 	}
 	printf("@csv kernel,cpus,transport,size,method,variant,depth,run,throughput_Bps,sent_throughput_Bps,sys_cpu_ns_per_byte,sender_cpu_ns_per_byte,peak_inflight_bytes,checked_bytes\n");
 	if (soakers) {
-		double leak = soak_leak();
+		double leak = soak_leak(), idle = soak_idle();
 
-		fprintf(stderr, "CPU time: soakers get %.2f%% of the CPUs under full load (busy time reads that much low)\n",
-			100 * leak);
+		fprintf(stderr, "CPU time: soakers get %.2f%% of the CPUs under full load (busy time reads that much low); %.2f%% busy while idle\n",
+			100 * leak, 100 * idle);
 		printf("@csv %s,%ld,-,0,soak-leak,,,1,,,%.5f,,,\n", kernel, ncpus,
 		       leak);
+		printf("@csv %s,%ld,-,0,soak-idle,,,1,,,%.5f,,,\n", kernel, ncpus,
+		       idle);
 	}
 	copy_speeds();
 	if (have_ss && ss_feat_ok)
@@ -2200,8 +2267,11 @@ int main(int argc, char **argv)
 			for (si = 0; si < NSIZES; si++) {
 				if (!opt.size[si])
 					continue;
+				int order[NMETH];
+
+				shuffle(order, run * NSIZES + si);
 				for (i = 0; i < NMETH; i++) {
-					int m = (i + run - 1) % NMETH;
+					int m = order[i];
 
 					if (!opt.meth[m] || method_na(m, tr))
 						continue;
