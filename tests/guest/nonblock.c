@@ -9,6 +9,8 @@
  *     takes what fits (a partial count) at once, later ones EAGAIN again;
  *     when the peer then drains, it receives exactly the bytes the calls
  *     reported, in order, with the file's content, and not one byte more;
+ *     every call asks for RELEASED: each that returned bytes gets exactly
+ *     one such record, each EAGAIN none (a failed SEND is as if never made);
  * (b) stablesend_sendfile() keeps sendfile(2)'s contract there (the same
  *     two rounds of calls): partial counts or EAGAIN, each call at once,
  *     *offset advanced by exactly the bytes sent (not at all on EAGAIN),
@@ -96,6 +98,8 @@ struct call {
 	long ret;
 	int err;
 	int path;		/* stablesend_sendfile_path() after the call */
+	unsigned int calls;	/* ioctl: user_data of the next one */
+	signed char got[2 * MAX_CALLS + 2];	/* ioctl: 1 bytes, -1 failed */
 	int done;		/* __atomic */
 };
 
@@ -110,9 +114,11 @@ static void *do_call(void *arg)
 			k->path = stablesend_sendfile_path();
 		errno = k->err;
 	} else {
-		struct stablesend_req r = ss_req(k->file, k->sock, k->off, k->len, 1);
+		struct stablesend_req r = ss_req(k->file, k->sock, k->off, k->len, k->calls);
 
+		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 		k->ret = ss_send(k->dev, &r);
+		k->got[k->calls++] = k->ret > 0 ? 1 : -1;
 	}
 	k->err = errno;
 	__atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
@@ -243,6 +249,39 @@ static size_t fill(struct call *k, int s, const char *what)
 	return sent;
 }
 
+/* Each SEND that returned bytes gets one RELEASED record; a failed one none. */
+static void released_check(struct call *k)
+{
+	struct stablesend_cqe c[2 * MAX_CALLS + 2];
+	int want = 0, n, i, bad = 0;
+	unsigned int u;
+
+	CHECK(k->calls <= sizeof(k->got), "%u calls", k->calls);
+	for (u = 0; u < k->calls; u++)
+		want += k->got[u] > 0;
+	n = ss_reap(k->dev, c, want, 5000);
+	/* Anything more would be here by now. */
+	n += ss_reap(k->dev, c + n, (int)(sizeof(c) / sizeof(c[0])) - n, 300);
+	for (i = 0; i < n; i++) {
+		u = (unsigned int)c[i].user_data;
+		if (!(c[i].flags & STABLESEND_CQE_RELEASED) || c[i].res ||
+		    u >= k->calls || k->got[u] != 1) {
+			fprintf(stderr, "record %#llx res %lld flags %#x: call %s\n",
+				(unsigned long long)c[i].user_data, (long long)c[i].res,
+				c[i].flags, u < k->calls && k->got[u] < 0 ? "failed" :
+				u < k->calls && k->got[u] == 2 ? "had one already" : "?");
+			bad++;
+			continue;
+		}
+		k->got[u] = 2;
+	}
+	CHECK(!bad && n == want,
+	      "SEND: %d calls returned bytes, %u failed; %d RELEASED records, %d wrong",
+	      want, k->calls - want, n, bad);
+	printf("SEND: %d RELEASED records for %d calls that sent, none for %u that failed\n",
+	       n - bad, want, k->calls - want);
+}
+
 /* (a): the ioctl. */
 static void ioctl_case(int file)
 {
@@ -262,6 +301,7 @@ static void ioctl_case(int file)
 	printf("SEND: %zu bytes reported, the peer received %zu\n", sent, rx_len);
 	close(c);
 	close(s);
+	released_check(&k);
 	close(k.dev);
 }
 

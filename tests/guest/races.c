@@ -32,10 +32,11 @@
 #define T_ASYNC		0
 #define T_SYNC		1
 
-/* accepted: 0 rejected (no record allowed), 1 queued (records owed), 2 unknown */
+/* accepted: 0 rejected (no record allowed), 1 queued (records owed) */
 struct reqst {
 	uint8_t churn, async, want_rel, accepted;
 	uint32_t total;
+	int32_t ret;		/* SEND: bytes, or -errno */
 	_Atomic uint8_t sent, rel;
 };
 
@@ -164,12 +165,12 @@ static void *submit_sync(void *arg)
 			      "SEND of at most %u bytes returned %ld", reqs[T_SYNC][seq].total, ret);
 		}
 		/*
-		 * Bytes taken, or cancelled by the watchdog (EINTR): it was
-		 * queued and a RELEASED record is owed.  EPIPE and the like
-		 * may come from the check before queueing or from the socket.
+		 * A SEND that sent nothing is as if never made: whatever the
+		 * errno (watchdog EINTR, CANCEL, a peer error), no RELEASED
+		 * record may come.  One that sent bytes owes it when asked.
 		 */
-		reqs[T_SYNC][seq].accepted = ret > 0 || errno == EINTR ? 1 :
-					     in_set(errno, peer_errs) ? 2 : 0;
+		reqs[T_SYNC][seq].ret = ret < 0 ? -errno : (int32_t)ret;
+		reqs[T_SYNC][seq].accepted = ret > 0;
 	}
 	return NULL;
 }
@@ -402,6 +403,18 @@ static int worker(double budget)
 			reap_once(100);
 	} while (owed && now_s() < end);
 	CHECK(!owed, "stable open: %ld records still owed after 30 s", owed);
+	for (t = 0, k = 0; t < 2 && owed; t++)
+		for (i = 0; i < atomic_load(&nreq[t]) && k < 5; i++) {
+			struct reqst *q = &reqs[t][i];
+
+			if (q->churn || q->accepted != 1 ||
+			    !((q->async && !q->sent) || (q->want_rel && !q->rel)))
+				continue;
+			k++;
+			fprintf(stderr, "  owed: %s request %u of %u bytes, SEND %d, records: SENT %d RELEASED %d (asked %d)\n",
+				q->async ? "SUBMIT" : "SEND", i, q->total, q->ret,
+				q->sent, q->rel, q->want_rel);
+		}
 	for (t = 0; t < 2; t++)
 		for (i = 0; i < atomic_load(&nreq[t]); i++) {
 			struct reqst *q = &reqs[t][i];

@@ -7,6 +7,8 @@
  *   socket): EINTR, and none of its bytes are ever sent;
  * - the request had not started and another thread cancelled it:
  *   ECANCELED (never the kernel-internal ERESTARTSYS).
+ * Each SEND asks for RELEASED: the one that sent bytes gets that record,
+ * the two that failed get none (a failed SEND is as if never made).
  * Without SA_RESTART, so the interruption is visible.
  * compat32: yes
  */
@@ -70,6 +72,7 @@ int main(void)
 	v = 16384;
 	setsockopt(c, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
 	j.r = ss_req(file, c, 0, len, 1);
+	j.r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	interrupt(&j);
 	CHECK(j.ret > 0 && j.ret < (long)len,
 	      "started SEND returned %ld (errno %d), want a short count", j.ret,
@@ -84,6 +87,11 @@ int main(void)
 	       j.ret, len);
 	close(c);
 	close(s);
+	memset(&cqe, 0, sizeof(cqe));
+	CHECK(ss_reap(j.dev, &cqe, 1, 5000) == 1 && cqe.user_data == 1 &&
+	      cqe.flags == STABLESEND_CQE_RELEASED && !cqe.res,
+	      "started SEND: record %llu flags %#x res %lld, want its RELEASED",
+	      (unsigned long long)cqe.user_data, cqe.flags, (long long)cqe.res);
 
 	/* Not started: EINTR, and none of its bytes are sent. */
 	tcp_pair(AF_INET, &c, &s);
@@ -93,6 +101,7 @@ int main(void)
 	j.r = ss_req(file, c, 0, len, 2);	/* stalls the socket */
 	CHECK(ss_submit(j.dev, &j.r, 1) == 1, "submit");
 	j.r = ss_req(file, c, 0, 4096, 3);
+	j.r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	j.r.head = (uintptr_t)"NEVER";
 	j.r.head_len = 5;
 	interrupt(&j);
@@ -100,10 +109,16 @@ int main(void)
 	      j.err);
 	got = 0;
 	memset(&cqe, 0, sizeof(cqe));
-	while (ss_reap(j.dev, &cqe, 1, 0) == 0) {
+	while (ss_reap(j.dev, &cqe, 1, 0) == 0 || cqe.user_data != 2) {
 		struct pollfd p = { .fd = s, .events = POLLIN };
 		ssize_t n;
 
+		if (cqe.user_data) {
+			CHECK(0, "record for request %llu (flags %#x) while the stalled one drains",
+			      (unsigned long long)cqe.user_data, cqe.flags);
+			memset(&cqe, 0, sizeof(cqe));
+			continue;
+		}
 		if (poll(&p, 1, 5000) != 1)
 			break;
 		n = read(s, buf, len);
@@ -128,6 +143,7 @@ int main(void)
 	j.r = ss_req(file, c, 0, 1 << 20, 4);	/* stalls: the peer never reads */
 	CHECK(ss_submit(j.dev, &j.r, 1) == 1, "submit");
 	j.r = ss_req(file, c, 0, 4096, 5);
+	j.r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	{
 		pthread_t t;
 		int n;
@@ -144,6 +160,19 @@ int main(void)
 	printf("queued: SEND taken back by CANCEL failed with ECANCELED\n");
 	close(c);
 	close(s);
+	/* The stalled request ends with its peer; nothing for SENDs 3 and 5. */
+	for (v = 0;;) {
+		memset(&cqe, 0, sizeof(cqe));
+		if (ss_reap(j.dev, &cqe, 1, 1000) != 1)
+			break;
+		if (cqe.user_data == 4 && cqe.flags & STABLESEND_CQE_SENT)
+			continue;
+		CHECK(0, "record for request %llu flags %#x res %lld: only request 4's SENT is owed",
+		      (unsigned long long)cqe.user_data, cqe.flags, (long long)cqe.res);
+		v++;
+	}
+	if (!v)
+		printf("failed SENDs: no RELEASED record\n");
 	close(j.dev);
 	close(file);
 	free(buf);

@@ -52,9 +52,10 @@
  *	The bytes reported are exactly those the peer gets; the rest of the
  *	snapshot is dropped.  The device fd's O_NONBLOCK only affects waiting
  *	for memory.  No SENT completion is queued for it; a RELEASED one is if
- *	STABLESEND_REQ_NOTIFY_RELEASE is set.  A STABLESEND_IOC_CANCEL from
- *	another thread that takes the request before it started makes the
- *	call fail with ECANCELED.  Memory limits above INT_MAX are refused so
+ *	STABLESEND_REQ_NOTIFY_RELEASE is set and the call returned bytes (a
+ *	SEND that fails is as if never made: no completion at all).  A
+ *	STABLESEND_IOC_CANCEL from another thread that takes the request
+ *	before it started makes the call fail with ECANCELED.  Memory limits above INT_MAX are refused so
  *	a result always fits.
  *
  * STABLESEND_IOC_CANCEL (__u64 user_data, write)
