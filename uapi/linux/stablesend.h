@@ -55,8 +55,8 @@
  *	STABLESEND_REQ_NOTIFY_RELEASE is set and the call returned bytes (a
  *	SEND that fails is as if never made: no completion at all).  A
  *	STABLESEND_IOC_CANCEL from another thread that takes the request
- *	before it started makes the call fail with ECANCELED.  Memory limits above INT_MAX are refused so
- *	a result always fits.
+ *	before it started makes the call fail with ECANCELED.  Memory
+ *	limits above INT_MAX are refused so a result always fits.
  *
  * STABLESEND_IOC_CANCEL (__u64 user_data, write)
  *	Cancel every request of this open with that user_data that has not
