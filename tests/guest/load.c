@@ -419,7 +419,7 @@ int main(void)
 {
 	struct result *res;
 	long long ctx0, bif, bif_max = 0, pool, pool_max = 0;
-	double t0, budget = budget_s(50);
+	double t0, budget = budget_s(35);
 	pid_t pid[NPROC];
 	int i, running = NPROC, f;
 	uint64_t tot_req = 0, tot_sync = 0, tot_bytes = 0, tot_cqes = 0;

@@ -546,7 +546,7 @@ static int killer(double budget)
 
 int main(void)
 {
-	double budget = budget_s(40), t0 = now_s();
+	double budget = budget_s(30), t0 = now_s();
 	pid_t pid[NPROC + 1];
 	long long ctx0;
 	int i, st;

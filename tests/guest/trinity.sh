@@ -12,7 +12,7 @@
 # host-bins: /usr/bin/trinity
 set -eu
 scale=1
-calls=$((1200 * scale))
+calls=$((500 * scale))
 limit=$((150 * scale * ${STABLESEND_TIMEOUT_SCALE:-1}))	# debug kernel: slower
 seed=${TRINITY_SEED:-$(($(date +%s) % 100000))}
 stats=/sys/class/misc/stablesend/stats
