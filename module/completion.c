@@ -16,13 +16,14 @@
  * every tick).
  * Requests parked on a full socket with nothing sent cost nothing.  A
  * submitter that starts waiting for memory has every group looked at on
- * the next tick.  When pages do not come back the reaper kicks receive
- * processing on the housekeeping CPUs (see rxkick.c): soon and then at
- * doubling gaps for a group someone waits on (memory, RELEASED); else at
- * most once a second while some group has not moved for about a second.
- * Those pages are wanted too, by whoever cannot be seen waiting: a
- * non-blocking submitter polling for EPOLLOUT after EAGAIN, or a closed
- * open's user under its bound.
+ * the next tick.  When pages someone waits for do not come back (a
+ * RELEASED record; memory, by a submitter of their user, blocking or
+ * polling after EAGAIN; the module, once their open is closed) the reaper
+ * kicks receive processing on the housekeeping CPUs (see rxkick.c): per
+ * socket SS_KICK_FIRST ticks into the stall, then at doubling gaps up to
+ * a second, and at most SS_USER_KICKS a second for one user's pages.
+ * Pages nobody waits for are never kicked for: they come back with the
+ * CPU's next receive processing, or when someone starts to wait.
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
@@ -38,6 +39,8 @@
 /* Level L is looked at every 2^L ticks; the last about twice a second. */
 #define SS_LEVELS		(ilog2(HZ) + 1)
 #define SS_LEVEL_RELEASED	4
+/* Ticks into a stall before a group's first kick; doubles to HZ. */
+#define SS_KICK_FIRST		2
 
 /*
  * The requests one socket took bytes of, oldest first.  A socket mostly
@@ -56,6 +59,8 @@ struct ss_group {
 	unsigned int level;
 	unsigned int released;		/* requests on @reqs that asked for RELEASED */
 	unsigned long moved_at;		/* jiffies of its last progress */
+	unsigned long kicked_at;	/* of its stall's last kick */
+	unsigned long kick_gap;		/* ticks from that to the next */
 	bool sock_gone;			/* no FIFO owns it */
 };
 
@@ -64,7 +69,6 @@ static DEFINE_HASHTABLE(ss_groups, 8);
 /* Groups by level, when each level is due next; all under the lock. */
 static struct list_head ss_watch[SS_LEVELS];
 static unsigned long ss_due[SS_LEVELS];
-static unsigned int ss_released_nr;	/* watched requests that asked for RELEASED */
 static DEFINE_SPINLOCK(ss_inflight_lock);
 /* Someone began to wait for memory: look at everything on the next pass. */
 static bool ss_wanted;
@@ -135,10 +139,8 @@ static void ss_group_del(struct ss_req *req)
 		return;
 	list_del_init(&req->inflight);
 	req->group = NULL;
-	if (ss_wants_release(req)) {
+	if (ss_wants_release(req))
 		g->released--;
-		ss_released_nr--;
-	}
 }
 
 /*
@@ -253,6 +255,8 @@ static void ss_group_watch(struct ss_group *g)
 {
 	g->level = 0;
 	g->moved_at = jiffies;
+	g->kicked_at = g->moved_at - SS_KICK_FIRST;
+	g->kick_gap = SS_KICK_FIRST;
 	list_move_tail(&g->node, &ss_watch[0]);
 }
 
@@ -260,10 +264,8 @@ static void ss_group_watch(struct ss_group *g)
 static void ss_group_add(struct ss_req *req, struct ss_group *g)
 {
 	req->group = g;
-	if (ss_wants_release(req)) {
+	if (ss_wants_release(req))
 		g->released++;
-		ss_released_nr++;
-	}
 	list_add_tail(&req->inflight, &g->reqs);
 	if (list_empty(&g->node))
 		ss_group_watch(g);
@@ -396,8 +398,6 @@ void ss_req_finish(struct ss_req *req, s64 res)
 		ss_reaper_soon();
 }
 
-/* Ticks without progress before the first kick for a waiter; doubles to HZ. */
-#define SS_KICK_FIRST	2
 /* Looks one pass takes at most (under the lock); the rest wait a tick. */
 #define SS_PASS_BUDGET	4096
 /* Requests a pass looks at past a group's first busy one when someone waits. */
@@ -408,12 +408,38 @@ struct ss_pass {
 	struct list_head idle;			/* requests to release */
 	struct list_head dead;			/* groups to free */
 	unsigned long now;
-	unsigned long stall;	/* longest wait of a group someone waits on */
 	int budget;
 	bool waiters;
 	bool wanted;
 	bool moved;
+	bool kick;		/* a user's stalled pages are due a kick */
 };
+
+/*
+ * @g's pages did not move.  A kick is due when someone waits for them: a
+ * request of it asked for RELEASED, a submitter somewhere waits for memory
+ * (blocked, or for a second after EAGAIN), or its oldest request's user is
+ * short of memory or that request's open is closed.  SS_KICK_FIRST ticks
+ * into the stall, then at doubling gaps up to a second, within the rate
+ * of the oldest request's user; free when another group's kick is made in
+ * this pass anyway.  Looks at no request the pass has not looked at.
+ * Under ss_inflight_lock.
+ */
+static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p)
+{
+	struct ss_req *first = list_first_entry(&g->reqs, struct ss_req, inflight);
+
+	if (p->now - g->moved_at < g->kick_gap ||
+	    p->now - g->kicked_at < g->kick_gap)
+		return false;
+	if (!g->released && !p->waiters && !ss_user_wants_pages(first->ctx))
+		return false;
+	if (!p->kick && !ss_user_kick_take(first->ctx, p->now))
+		return false;
+	g->kicked_at = p->now;
+	g->kick_gap = min_t(unsigned long, 2 * g->kick_gap, HZ);
+	return true;
+}
 
 /*
  * Look at the groups of level @l: from each one's oldest request on, give
@@ -454,8 +480,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 		if (moved) {
 			p->moved = true;
 			g->moved_at = p->now;
-		} else if (waited) {
-			p->stall = max(p->stall, p->now - g->moved_at);
+			g->kick_gap = SS_KICK_FIRST;
+		} else if (ss_group_kick_due(g, p)) {
+			p->kick = true;
 		}
 		/* Someone waits for memory: every tick, as memory is wanted now. */
 		top = p->waiters ? 0 : g->released ? SS_LEVEL_RELEASED :
@@ -468,8 +495,6 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 
 static void ss_reaper_fn(struct work_struct *work)
 {
-	/* The work item never runs concurrently with itself: no lock. */
-	static unsigned long last_kick, gap = SS_KICK_FIRST;
 	unsigned long delay = MAX_JIFFY_OFFSET;
 	/* The level a pass starts at: the one the last ran out of budget in. */
 	static unsigned int first;
@@ -477,12 +502,11 @@ static void ss_reaper_fn(struct work_struct *work)
 		.now = jiffies,
 		.budget = SS_PASS_BUDGET,
 		.waiters = atomic_read(&ss_waiters) ||
-			   time_before(jiffies, READ_ONCE(ss_eagain_at) + HZ),
+			   jiffies - READ_ONCE(ss_eagain_at) < HZ,
 		.wanted = xchg(&ss_wanted, false),
 	};
 	struct ss_req *req, *tmp;
 	unsigned int i, l;
-	bool stale, want;
 
 	INIT_LIST_HEAD(&p.idle);
 	INIT_LIST_HEAD(&p.dead);
@@ -507,27 +531,10 @@ static void ss_reaper_fn(struct work_struct *work)
 			delay = min(delay, time_after(ss_due[l], p.now) ?
 				    ss_due[l] - p.now : 1UL);
 	}
-	stale = !list_empty(&ss_watch[SS_LEVELS - 1]);
-	want = p.waiters || ss_released_nr;
 	spin_unlock(&ss_inflight_lock);
 	atomic64_add(SS_PASS_BUDGET - p.budget, &stablesend_stats[SS_REAP_CHECKS]);
-
-	/*
-	 * Someone waits (memory, RELEASED) on a group where nothing moved:
-	 * kick after SS_KICK_FIRST ticks, then at doubling gaps up to a
-	 * second.  Else, while pages have not moved for about a second, once
-	 * a second.
-	 */
-	if (!want)
-		gap = SS_KICK_FIRST;
-	if (want && p.stall >= gap && time_after_eq(p.now, last_kick + gap)) {
-		last_kick = p.now;
-		gap = min_t(unsigned long, 2 * gap, HZ);
+	if (p.kick)
 		ss_rx_kick();
-	} else if (stale && time_after_eq(p.now, last_kick + HZ)) {
-		last_kick = p.now;
-		ss_rx_kick();
-	}
 
 	ss_group_free(&p.dead);
 	list_for_each_entry_safe(req, tmp, &p.idle, inflight) {

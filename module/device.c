@@ -273,6 +273,8 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 		mask |= EPOLLIN | EPOLLRDNORM;
 	if (ss_room(ctx))
 		mask |= EPOLLOUT | EPOLLWRNORM;
+	else if (poll_requested_events(pt) & EPOLLOUT)
+		ss_user_starved(ctx);	/* it waits in poll(), for our pages */
 	return mask;
 }
 

@@ -39,7 +39,16 @@ struct ss_user {
 	atomic_t returns;		/* bumped whenever pages come back */
 	atomic_t waiting;		/* submitters waiting for @held to fall */
 	wait_queue_head_t wait;		/* them, and poll() */
+	/* Receive-processing kicks for this user's pages (ss_user_wants_pages()) */
+	atomic_t mem_waiters;		/* submitters waiting for any memory */
+	bool starved;			/* found none without waiting, not charged since */
+	unsigned long kick_window;	/* start of the second @kick_count counts: */
+	unsigned int kick_count;	/* both under ss_inflight_lock */
+	atomic64_t kicks;		/* kicks made for its pages */
 };
+
+/* Kicks one user's pages may cause in a second. */
+#define SS_USER_KICKS		8
 
 /*
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock;
@@ -190,7 +199,7 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 
 	if (ctx->unbounded) {
 		atomic64_add(need, &u->held);
-		return 0;
+		goto charged;
 	}
 	for (;;) {
 		seen = atomic_read_acquire(&u->returns);
@@ -198,16 +207,16 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		if (need > limit)
 			return -EMSGSIZE;	/* the bound was lowered */
 		if (ss_user_try_charge(u, need, limit))
-			return 0;
+			goto charged;
 		/* Idle pages make room only if the rest leaves enough. */
 		held = atomic64_read(&u->held);
 		busy = held - atomic64_read(&u->pooled);
 		if (busy + need <= limit && held + need > limit &&
 		    ss_user_trim(u, ctx, held + need - limit) &&
 		    ss_user_try_charge(u, need, limit))
-			return 0;
+			goto charged;
 		if (nonblock) {
-			ss_reaper_eagain();
+			ss_user_starved(ctx);
 			return -EAGAIN;
 		}
 		err = ss_sender_pause(sender);
@@ -215,15 +224,19 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 			return err;
 		/* Pages that come back are freed, not pooled, while we wait. */
 		atomic_inc(&u->waiting);
-		ss_reaper_wait(1);
+		ss_user_waits(ctx, 1);
 		err = wait_event_interruptible(u->wait,
 					       atomic_read(&u->returns) != seen);
-		ss_reaper_wait(-1);
+		ss_user_waits(ctx, -1);
 		atomic_dec(&u->waiting);
 		err = ss_sender_back(sender, err);
 		if (err)
 			return err;	/* nothing queued: restartable */
 	}
+charged:
+	if (READ_ONCE(u->starved))
+		WRITE_ONCE(u->starved, false);
+	return 0;
 }
 
 /*
@@ -279,10 +292,10 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		err = ss_sender_pause(sender);
 		if (err)
 			return err;
-		ss_reaper_wait(1);
+		ss_user_waits(ctx, 1);
 		err = wait_event_interruptible(ctx->mem_wait,
 					       ss_mem_fits(ctx, need));
-		ss_reaper_wait(-1);
+		ss_user_waits(ctx, -1);
 		err = ss_sender_back(sender, err);
 		if (err)
 			return err;	/* nothing queued: restartable */
@@ -351,6 +364,8 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	}
 	if (page)
 		atomic64_add(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
+	else if (!order)
+		ss_user_starved(ctx);	/* our pages parked in the stack may help */
 	return page;
 }
 
@@ -471,6 +486,7 @@ int ss_user_attach(struct ss_ctx *ctx)
 		if (!fresh)
 			return -ENOMEM;
 		fresh->uid = uid;
+		fresh->kick_window = jiffies - HZ;
 		spin_lock_init(&fresh->lock);
 		INIT_LIST_HEAD(&fresh->idle);
 		init_waitqueue_head(&fresh->wait);
@@ -520,6 +536,61 @@ void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx)
 	else
 		seq_printf(m, "stablesend-user-limit:\t%lu\n",
 			   READ_ONCE(stablesend_user_limit));
+	seq_printf(m, "stablesend-user-rx-kicks:\t%lld\n",
+		   (long long)atomic64_read(&u->kicks));
+}
+
+/* A submitter of @ctx starts (@delta 1) or stops (-1) waiting for memory. */
+void ss_user_waits(struct ss_ctx *ctx, int delta)
+{
+	atomic_add(delta, &ctx->user->mem_waiters);
+	ss_reaper_wait(delta);
+}
+
+/*
+ * A submitter of @ctx found no memory and does not wait for it here
+ * (EAGAIN, a failed allocation, poll() for EPOLLOUT without room): it will
+ * look again, unseen.  The user's pages are wanted until it is next charged.
+ */
+void ss_user_starved(struct ss_ctx *ctx)
+{
+	if (!READ_ONCE(ctx->user->starved))
+		WRITE_ONCE(ctx->user->starved, true);
+	ss_reaper_eagain();
+}
+
+/* Someone waits for pages of @ctx: its user for memory, or the module once it is closed. */
+bool ss_user_wants_pages(const struct ss_ctx *ctx)
+{
+	const struct ss_user *u = ctx->user;
+
+	return atomic_read(&u->mem_waiters) || READ_ONCE(u->starved) ||
+	       READ_ONCE(ctx->closed);
+}
+
+/**
+ * ss_user_kick_take - may pages of @ctx's user cause a kick now
+ * @ctx:	the open of the pages
+ * @now:	the reaper pass's jiffies
+ *
+ * At most SS_USER_KICKS a second per user; counted.  Called by the reaper
+ * under ss_inflight_lock, which serialises the kick fields; the pass's
+ * requests keep @ctx and its user.
+ */
+bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now)
+{
+	struct ss_user *u = ctx->user;
+
+	if (now - u->kick_window >= HZ) {
+		u->kick_window = now;
+		u->kick_count = 0;
+	}
+	if (u->kick_count >= SS_USER_KICKS)
+		return false;
+	u->kick_count++;
+	if (ss_rx_kick_enabled())
+		atomic64_inc(&u->kicks);
+	return true;
 }
 
 static unsigned long ss_shrink_count(struct shrinker *s,

@@ -56,6 +56,11 @@ module_param_named(rx_kick, ss_rx_kick_on, bool, 0644);
 MODULE_PARM_DESC(rx_kick,
 		 "Kick idle CPUs' socket buffer defer lists when pages do not come back (default on)");
 
+bool ss_rx_kick_enabled(void)
+{
+	return READ_ONCE(ss_rx_kick_on);
+}
+
 /* Every online housekeeping CPU; counted. */
 void ss_rx_kick(void)
 {

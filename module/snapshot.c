@@ -239,7 +239,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	if (!err) {
 		req->charged = need;
 	} else if (nonblock) {
-		ss_reaper_eagain();
+		ss_user_starved(ctx);
 		goto fail;
 	} else {
 		err = ss_reserve_lock(ctx, sender);

@@ -219,6 +219,10 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end);
 void ss_pool_drain(struct ss_ctx *ctx);
 struct seq_file;
 void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx);
+void ss_user_waits(struct ss_ctx *ctx, int delta);
+void ss_user_starved(struct ss_ctx *ctx);
+bool ss_user_wants_pages(const struct ss_ctx *ctx);
+bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now);
 
 /* transmit.c */
 int ss_sock_check(struct socket *sock, bool *copies);
@@ -240,6 +244,7 @@ void ss_req_put(struct ss_req *req);
 void ss_ctx_release(struct kref *ref);
 void ss_reaper_stop(void);
 void ss_reaper_init(void);
+/* Through ss_user_waits() and ss_user_starved(), which count per user too. */
 void ss_reaper_wait(int delta);
 void ss_reaper_eagain(void);
 struct sock;
@@ -249,6 +254,7 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);
+bool ss_rx_kick_enabled(void);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
 {

@@ -1333,21 +1333,19 @@ static struct stablesend_counters ss_counters(struct cell *cl, struct ss *ss)
 
 /*
  * The end of a stablesend cell: the last request asked for RELEASED, and
- * its record (CQE) is in; every page of the open must be back too (the
- * stack releases a socket's pages in order, so this rarely waits).
+ * its record (CQE) is in, so its pages are back.  Pages of earlier
+ * requests are mostly back by then too (a socket releases them in order);
+ * any that are not are said, not waited for: the module kicks receive
+ * processing only for pages someone waits for (README: release on quiet
+ * connections), and the next cell's submissions are what would.
  */
 static void ss_drained(struct cell *cl, struct ss *ss)
 {
-	double t0 = now_s();
+	u64 left = ss_counters(cl, ss).mem_in_use;
 
-	while (ss_counters(cl, ss).mem_in_use) {
-		if (now_s() - t0 > 10) {
-			errno = 0;
-			die("%s %s: snapshot memory still in use 10 s after the last RELEASED",
-			    mname[cl->method], szname[cl->si]);
-		}
-		usleep(200);
-	}
+	if (left)
+		fprintf(stderr, "  note: %s %s: %llu bytes of earlier requests still out at the last RELEASED\n",
+			mname[cl->method], szname[cl->si], left);
 }
 
 /* Read completion records; the count of SENT ones.  *released: RELEASED seen. */

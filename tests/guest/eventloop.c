@@ -8,10 +8,12 @@
  * it, intact, soon: within 1 s on a real machine; the test fails only when
  * B is not fully served 5 s after its request (TCG).  A stalled client
  * must not freeze the loop.  When it does, the test says where the server
- * thread was, then closes A to let it go.
+ * thread was, then closes A to let it go.  Once the server process is gone
+ * the module holds none of its pages.
  */
 #include "common.h"
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stablesend.h>
 
 #define A_LEN		(16 << 20)
@@ -102,7 +104,7 @@ static void *server(void *arg)
 	return NULL;
 }
 
-int main(void)
+static int run_server(void)
 {
 	struct server sv = { 0 };
 	int ca, cb, file, fl, i;
@@ -173,6 +175,23 @@ int main(void)
 	close(sv.cl[1].fd);
 	close(file);
 	free(buf);
+	return test_result();
+}
+
+/*
+ * The library keeps its device fd open for the process: the module owes
+ * its pages back once the process (its last fd) is gone.
+ */
+int main(void)
+{
+	int st;
+	pid_t pid = fork();
+
+	REQUIRE(pid >= 0, "fork");
+	if (!pid)
+		_exit(run_server());
+	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server process: status 0x%x", st);
 	CHECK(ss_drained(10), "requests_in_flight %lld bytes_in_flight %lld",
 	      ss_stat("requests_in_flight"), ss_stat("bytes_in_flight"));
 	return test_result();

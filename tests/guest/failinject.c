@@ -333,12 +333,12 @@ static void check_works(struct env *e, const char *what)
 	check_done(e, what, &clean, 1, 999, 0);
 	ev = efd_count(e->efd, 2, 1);
 	CHECK(ev == 2, "%s: eventfd counted %llu for 2 records", what, (unsigned long long)ev);
+	/* Pages nobody waits for may stay out while the fd is open (module_idle() at the end). */
 	end = now_s() + 5;
 	do
 		ss_counters(e->dev, &cnt);
-	while ((cnt.mem_in_use || cnt.completed != cnt.submitted) && now_s() < end &&
-	       !usleep(1000));
-	CHECK(!cnt.mem_in_use && cnt.completed == cnt.submitted && !cnt.cqes_pending,
+	while (cnt.completed != cnt.submitted && now_s() < end && !usleep(1000));
+	CHECK(cnt.completed == cnt.submitted && !cnt.cqes_pending,
 	      "%s: counters: submitted %llu completed %llu mem %llu pending %llu", what,
 	      (unsigned long long)cnt.submitted, (unsigned long long)cnt.completed,
 	      (unsigned long long)cnt.mem_in_use, (unsigned long long)cnt.cqes_pending);

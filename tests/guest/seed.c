@@ -189,7 +189,7 @@ int main(void)
 			      "%s showed the overwrite in %ld of %ld runs: the test could miss it",
 			      method_name[m], unstable_runs, runs);
 	}
-	CHECK(ss_drained(10), "pages still in flight");
 	close(dev);
+	CHECK(ss_drained(10), "pages still in flight");
 	return test_result();
 }

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The module kicks receive processing (module/rxkick.c) only for pages
+ * someone waits for, and at a bounded rate per user:
+ * (a) pages of an open that stays open, held by a peer that does not
+ *     read, with no RELEASED asked and nobody waiting for memory: no kick
+ *     in 3 s (kicks could not bring them back anyway);
+ * (b) the same with RELEASED asked: kicked for, at least once and at most
+ *     15 times in 4 s (doubling gaps up to a second), and the open's
+ *     fdinfo counts them for its user;
+ * (c) while (b)'s pages stay out, another user (nobody) whose RELEASED
+ *     pages wait on a CPU's socket buffer defer list (submitter on CPU 0,
+ *     receiver reading everything on CPU 1, as in quiet.c) gets its
+ *     RELEASED records as if alone: the first user's stall must not
+ *     stretch the second user's gaps (median of 5 rounds under 0.3 s);
+ * (d) a user whose RELEASED stalls come and go (every 50 ms a new
+ *     connection whose peer does not read, then reset) for 3 s: each new
+ *     socket is due a kick two ticks into its stall, but the user gets at
+ *     most 8 a second: at most 32 in the 3 s.
+ * test-timeout: 120
+ */
+#include "common.h"
+#include <grp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#define NOBODY	65534
+#define CHUNK	(64 << 10)
+#define ROUNDS	5
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	REQUIRE(sched_setaffinity(0, sizeof(set), &set) == 0, "pin to CPU %d", cpu);
+}
+
+/* sleep(3) and the like end early when task work runs: sleep it all. */
+static void nap(double secs)
+{
+	double end = now_s() + secs;
+
+	while (now_s() < end)
+		usleep((useconds_t)((end - now_s()) * 1e6) + 1);
+}
+
+static long long user_kicks(int dev)
+{
+	char path[64], buf[2048], *p;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", dev);
+	if (read_text(path, buf, sizeof(buf)) < 0)
+		return -1;
+	p = strstr(buf, "stablesend-user-rx-kicks:");
+	return p ? atoll(p + strlen("stablesend-user-rx-kicks:")) : -1;
+}
+
+/* A request the peer never reads: its pages stay out. */
+static void stall(int dev, int file, int *c, int *s, uint32_t flags, uint64_t ud)
+{
+	struct stablesend_req r;
+
+	tcp_pair(AF_INET, c, s);
+	set_rcvbuf_small(*s);
+	r = ss_req(file, *c, 0, 1 << 20, ud);
+	r.flags = flags;
+	REQUIRE(ss_submit(dev, &r, 1) == 1, "SUBMIT");
+}
+
+static int rx_sock;
+
+static void *receiver(void *arg)
+{
+	static char buf[CHUNK];
+
+	(void)arg;
+	pin(1);
+	while (read(rx_sock, buf, sizeof(buf)) > 0)
+		;
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* (c), as nobody: RELEASED of 4 x 64 KiB on a quiet connection, 5 rounds. */
+static int other_user(int file)
+{
+	double took[ROUNDS], t;
+	struct stablesend_req r[4];
+	struct stablesend_cqe cqe[8];
+	int dev, c, s, round, i, n;
+	pthread_t rt;
+
+	REQUIRE(setgroups(0, NULL) == 0 && setgid(NOBODY) == 0 && setuid(NOBODY) == 0,
+		"become nobody");
+	prctl(PR_SET_DUMPABLE, 1);	/* our own /proc/self/fdinfo */
+	pin(0);
+	dev = ss_dev();
+	REQUIRE(ss_setup(dev, -1, 4 << 20) == 0, "SETUP");
+	tcp_pair(AF_INET, &c, &s);
+	rx_sock = s;
+	REQUIRE(pthread_create(&rt, NULL, receiver, NULL) == 0, "pthread_create");
+	for (round = 0; round < ROUNDS; round++) {
+		int released = 0;
+
+		for (i = 0; i < 4; i++) {
+			r[i] = ss_req(file, c, (uint64_t)i * CHUNK, CHUNK, round * 4 + i);
+			r[i].flags = STABLESEND_REQ_NOTIFY_RELEASE;
+		}
+		t = now_s();
+		REQUIRE(ss_submit(dev, r, 4) == 4, "SUBMIT");
+		while (released < 4 && now_s() - t < 10) {
+			n = ss_reap_intr(dev, cqe, 8, 10000);
+			for (i = 0; i < n; i++)
+				released += !!(cqe[i].flags & STABLESEND_CQE_RELEASED);
+		}
+		took[round] = now_s() - t;
+		CHECK(released == 4, "nobody: %d RELEASED of 4 within 10 s", released);
+		printf("nobody, round %d: RELEASED of 4 x 64 KiB after %.3f s\n", round + 1,
+		       took[round]);
+		usleep(100000);
+	}
+	qsort(took, ROUNDS, sizeof(took[0]), cmp_double);
+	CHECK(took[ROUNDS / 2] < 0.3 * ss_debug_scale(3),
+	      "nobody's RELEASED records took %.3f s (median of %d) while root's pages were stalled",
+	      took[ROUNDS / 2], ROUNDS);
+	printf("nobody: user-rx-kicks %lld; median %.3f s\n", user_kicks(dev), took[ROUNDS / 2]);
+	shutdown(c, SHUT_WR);
+	pthread_join(rt, NULL);
+	close(c);
+	close(s);
+	close(dev);
+	return test_result();
+}
+
+int main(void)
+{
+	int dev, file, c1, s1, c2, s2, st, n;
+	struct stablesend_cqe cqe[16];
+	long long k0, k1, k2, uk;
+	double t;
+	pid_t pid;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("SKIP: needs two CPUs\n");
+		return SKIP;
+	}
+	file = temp_file(1 << 20, 'k');
+	CHECK(ss_drained(10), "an earlier test's pages are still out");
+	dev = ss_dev();
+	REQUIRE(ss_setup(dev, -1, 8 << 20) == 0, "SETUP");
+
+	/* (a) */
+	stall(dev, file, &c1, &s1, 0, 1);
+	nap(0.5);
+	k0 = ss_stat("rx_kicks");
+	nap(3);
+	k1 = ss_stat("rx_kicks");
+	CHECK(k1 == k0, "%lld kicks in 3 s for pages nobody waits for", k1 - k0);
+	printf("(a) pages out, nobody waiting: %lld kicks in 3 s\n", k1 - k0);
+
+	/* (b) */
+	stall(dev, file, &c2, &s2, STABLESEND_REQ_NOTIFY_RELEASE, 2);
+	nap(4);
+	k2 = ss_stat("rx_kicks");
+	uk = user_kicks(dev);
+	CHECK(k2 - k1 >= 1 && k2 - k1 <= 15,
+	      "%lld kicks in 4 s for a RELEASED that cannot come, want 1 to 15", k2 - k1);
+	CHECK(uk >= 1 && uk <= k2 - k0, "fdinfo: user-rx-kicks %lld (module-wide %lld)", uk,
+	      k2 - k0);
+	printf("(b) RELEASED asked: %lld kicks in 4 s; fdinfo user-rx-kicks %lld\n", k2 - k1, uk);
+
+	/* (c) */
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		failures = 0;
+		_exit(other_user(file));
+	}
+	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's part: status 0x%x", st);
+
+	/* (d) */
+	k0 = ss_stat("rx_kicks");
+	t = now_s();
+	for (n = 0; now_s() - t < 3; n++) {
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+		struct stablesend_req r;
+		int c, s;
+
+		tcp_pair(AF_INET, &c, &s);
+		set_rcvbuf_small(s);
+		r = ss_req(file, c, 0, 256 << 10, 100 + n);
+		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+		REQUIRE(ss_submit(dev, &r, 1) == 1, "SUBMIT");
+		nap(0.05);
+		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(c);
+		close(s);
+		while (ss_reap(dev, cqe, 16, 0) > 0)
+			;
+	}
+	t = now_s() - t;
+	k1 = ss_stat("rx_kicks");
+	CHECK(k1 - k0 <= 8 * t + 8, "%lld kicks in %.1f s for one user's %d stalls", k1 - k0,
+	      t, n);
+	printf("(d) %d stalls that come and go in %.1f s: %lld kicks\n", n, t, k1 - k0);
+
+	close(c1);
+	close(s1);
+	close(c2);
+	close(s2);
+	close(dev);
+	close(file);
+	CHECK(ss_drained(10), "pages still out after every fd was closed");
+	return test_result();
+}
