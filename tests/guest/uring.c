@@ -7,7 +7,7 @@
  * and then the memory is back; a cancel by user_data; a ring closed, and
  * a submitter killed, with requests stuck on a peer that does not read
  * end them and give everything back; a fixed file, an SQE128 ring and an
- * SQPOLL ring.
+ * SQPOLL ring; a command behind a link whose SQ entry was reused.
  * compat32: yes
  * test-timeout: 240
  */
@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stablesend.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 
 #define NBATCH	64
@@ -504,12 +505,22 @@ static void release_cqe(void)
 
 	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
 	tcp_pair(AF_INET, &c, &s);
-	/* Control: without it the CQE comes although nobody reads. */
+	/*
+	 * Control: without it the CQE comes although nobody reads.  On an
+	 * open of its own, closed once read: nobody would wait for its pages
+	 * on @dev, whose memory is checked below.
+	 */
 	q = ss_req(file, c, 0, CHUNK, 1);
-	REQUIRE(submit_one(&r, dev, &q, 1, 0) == 1, "io_uring_enter");
-	res = cqe_res(&r, 1, 5000 * ss_debug_scale(4));
-	CHECK(res == CHUNK, "without NOTIFY_RELEASE: CQE %d while the peer does not read", res);
-	CHECK(read_full(s, buf, CHUNK) == CHUNK, "read");
+	{
+		int dev0 = ss_dev();
+
+		REQUIRE(submit_one(&r, dev0, &q, 1, 0) == 1, "io_uring_enter");
+		res = cqe_res(&r, 1, 5000 * ss_debug_scale(4));
+		CHECK(res == CHUNK, "without NOTIFY_RELEASE: CQE %d while the peer does not read",
+		      res);
+		CHECK(read_full(s, buf, CHUNK) == CHUNK, "read");
+		close(dev0);
+	}
 
 	q = ss_req(file, c, 0, CHUNK, 2);
 	q.flags = STABLESEND_REQ_NOTIFY_RELEASE;
@@ -746,6 +757,91 @@ static void async_issue(void)
 	free(buf);
 }
 
+/*
+ * A command behind a link is issued when the request ahead of it
+ * completes, after io_uring_enter() returned, and the application may have
+ * reused its SQ entry by then.  Here the entry is rewritten at once with
+ * another request (other file bytes), then the link's head (a read of a
+ * pipe) is let complete.  With IOSQE_ASYNC io_uring copies the SQE at
+ * submission: the command must send what it was submitted with, on every
+ * kernel (the uapi header's advice).  Without it, which one goes out is
+ * io_uring's doing: the result must be what the header says of this
+ * kernel (6.12's io_uring reads the SQE only at issue).
+ */
+static void linked(void)
+{
+	int dev = ss_dev(), file = file_with_pattern(4 * CHUNK, pat), c, s, p[2], async;
+	unsigned char *buf = malloc(CHUNK);
+	struct stablesend_req a, b;
+	struct utsname u;
+	int major = 0, minor = 0, late_kernel;
+
+	REQUIRE(buf && !uname(&u), "malloc, uname");
+	sscanf(u.release, "%d.%d", &major, &minor);
+	/*
+	 * Of the matrix kernels, 6.12's io_uring reads a linked command's SQE
+	 * at issue; 6.1's copies it at submission (prep_async), and so does
+	 * 7.3's.  Another kernel must be measured before the header says.
+	 */
+	late_kernel = major == 6 && minor == 12;
+	for (async = 1; async >= 0; async--) {
+		struct io_uring_sqe *head, *cmd;
+		struct io_uring_cqe cqe;
+		int i, got = -1, late;
+		struct ring r;
+		char x = 'x';
+
+		REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+		REQUIRE(pipe(p) == 0, "pipe");
+		tcp_pair(AF_INET, &c, &s);
+		a = ss_req(file, c, 0, CHUNK, 1);
+		b = ss_req(file, c, 2 * CHUNK, CHUNK, 1);
+		head = ring_sqe(&r);
+		head->opcode = IORING_OP_READ;
+		head->fd = p[0];
+		head->addr = (uintptr_t)buf;
+		head->len = 1;
+		head->flags = IOSQE_IO_LINK;
+		head->user_data = 10;
+		cmd = ring_sqe(&r);
+		stablesend_prep_uring(cmd, dev, &a);
+		cmd->flags = async ? IOSQE_ASYNC : 0;
+		cmd->user_data = 11;
+		REQUIRE(ring_submit(&r, 0) == 2, "io_uring_enter");
+		/* The entry is the application's again: reuse it. */
+		stablesend_prep_uring(cmd, dev, &b);
+		cmd->user_data = 12;
+		REQUIRE(write(p[1], &x, 1) == 1, "write");
+		for (i = 0; i < 2 && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4)); i++)
+			if (cqe.user_data != 10)
+				got = cqe.res;
+		CHECK(i == 2 && got == CHUNK, "linked%s: %d CQEs, command's res %d",
+		      async ? " IOSQE_ASYNC" : "", i, got);
+		CHECK(read_full(s, buf, CHUNK) == CHUNK, "linked: read");
+		late = pattern_mismatch(buf, CHUNK, 2 * CHUNK, pat) == CHUNK;
+		CHECK(late || pattern_mismatch(buf, CHUNK, 0, pat) == CHUNK,
+		      "linked: sent neither request's bytes");
+		printf("linked command%s, SQ entry reused after submission (%s): sent the %s request\n",
+		       async ? " with IOSQE_ASYNC" : "", u.release,
+		       late ? "rewritten" : "submitted");
+		if (async)
+			CHECK(!late, "IOSQE_ASYNC: io_uring read the reused SQ entry");
+		else
+			CHECK(late == late_kernel,
+			      "plain link on %s: the %s request went out; the uapi header says the %s",
+			      u.release, late ? "rewritten" : "submitted",
+			      late_kernel ? "rewritten" : "submitted");
+		ring_exit(&r);
+		close(p[0]);
+		close(p[1]);
+		close(c);
+		close(s);
+	}
+	close(file);
+	close(dev);
+	free(buf);
+}
+
 /* The device fd as a registered file. */
 static void fixed_file(void)
 {
@@ -791,6 +887,7 @@ int main(int argc, char **argv)
 	cancel();
 	fixed_file();
 	async_issue();
+	linked();
 	ring_closed(base);
 	gone(base, 0, 0);
 	gone(base, IORING_SETUP_SQPOLL, 0);

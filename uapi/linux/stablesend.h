@@ -101,7 +101,12 @@
  *	a link, or on an IORING_SETUP_SQPOLL ring, io_uring also issues it
  *	later from its own threads.  In those cases the CQE is the first
  *	sign the snapshot is taken, and the struct stablesend_req must stay
- *	valid until the CQE.
+ *	valid until the CQE.  Behind a link, the io_uring of some kernels
+ *	(6.12; not 6.1 or 7.3) also reads the command's SQE only when it
+ *	issues it, after io_uring_enter(2) returned: an application that
+ *	has reused that SQ entry by then gets the request the entry holds
+ *	at that time.  IOSQE_ASYNC on the command makes io_uring copy the
+ *	SQE at submission on every kernel.
  *	Credentials: the issuing task's, as io_uring sets them (the SQE's
  *	personality; the ring creator's for SQPOLL).
  *	Completion: one CQE whose res is the SENT result (bytes sent, or
