@@ -41,19 +41,7 @@ static unsigned char pat(size_t i)
 /* The pid a pidfd refers to (its fdinfo "Pid:" line), or -1. */
 static long pidfd_pid(int pidfd)
 {
-	char path[64], line[128];
-	long pid = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "Pid:", 4))
-			pid = strtol(line + 4, NULL, 10);
-	fclose(f);
-	return pid;
+	return (long)fdinfo_num(getpid(), pidfd, "Pid");
 }
 
 struct rx {

@@ -20,24 +20,6 @@
 #define LEN	(64 * 1024)
 #define LIMIT	(4 << 20)
 
-/* The number after "KEY:" in an fdinfo file, or -1 when it has none. */
-static long long fdinfo_num(pid_t pid, int fd, const char *key)
-{
-	char path[64], text[4096], *p;
-	size_t klen = strlen(key);
-
-	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
-	if (read_text(path, text, sizeof(text)) < 0)
-		return -1;
-	for (p = text; p; p = strchr(p, '\n')) {
-		if (*p == '\n')
-			p++;
-		if (!strncmp(p, key, klen) && p[klen] == ':')
-			return strtoll(p + klen + 1, NULL, 10);
-	}
-	return -1;
-}
-
 /* One open with a request whose pages a peer that never reads holds. */
 static int open_and_park(int file, int *peer)
 {

@@ -50,13 +50,7 @@ static void nap(double secs)
 
 static long long user_kicks(int dev)
 {
-	char path[64], buf[2048], *p;
-
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", dev);
-	if (read_text(path, buf, sizeof(buf)) < 0)
-		return -1;
-	p = strstr(buf, "stablesend-user-rx-kicks:");
-	return p ? atoll(p + strlen("stablesend-user-rx-kicks:")) : -1;
+	return fdinfo_num(getpid(), dev, "stablesend-user-rx-kicks");
 }
 
 /* A request the peer never reads: its pages stay out. */
