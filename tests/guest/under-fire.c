@@ -320,10 +320,12 @@ static long run(long n, enum mode mode)
 int main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : NREQ_DEFAULT;
+	/* KASAN's kernel: a third of the requests (the stock kernels run all). */
+	long m = argc > 1 ? n : n / ss_debug_scale(3);
 
-	CHECK(run(n, DEVICE) == 0, "stability violated");
+	CHECK(run(m, DEVICE) == 0, "stability violated");
 	CHECK(ss_drained(20), "pages still in flight");
-	CHECK(run(n, URING) == 0, "stability violated through io_uring");
+	CHECK(run(m, URING) == 0, "stability violated through io_uring");
 	CHECK(ss_drained(20), "pages still in flight");
 	CHECK(run(n / 4 + 1, SENDFILE) > 0, "the sendfile control showed no violation");
 	return test_result();
