@@ -123,11 +123,14 @@ static void ss_req_release(struct ss_req *req)
 	ss_req_put(req);
 }
 
-/* Someone waits for @req's pages: a RELEASED record, or a ring's CQE. */
+/*
+ * Someone waits for @req's pages: a RELEASED record, or a ring's CQE that
+ * io_uring's cancel has not taken (ss_inflight_unwant()).
+ */
 static bool ss_wants_release(const struct ss_req *req)
 {
 	return req->cqe_released ||
-	       (req->ring && (req->flags & STABLESEND_REQ_NOTIFY_RELEASE));
+	       (READ_ONCE(req->ucmd) && (req->flags & STABLESEND_REQ_NOTIFY_RELEASE));
 }
 
 /* Take @req off its group, if on one.  Under ss_inflight_lock. */
@@ -139,8 +142,9 @@ static void ss_group_del(struct ss_req *req)
 		return;
 	list_del_init(&req->inflight);
 	req->group = NULL;
-	if (ss_wants_release(req))
+	if (req->wants_pages)
 		g->released--;
+	req->wants_pages = false;
 }
 
 /*
@@ -264,7 +268,8 @@ static void ss_group_watch(struct ss_group *g)
 static void ss_group_add(struct ss_req *req, struct ss_group *g)
 {
 	req->group = g;
-	if (ss_wants_release(req))
+	req->wants_pages = ss_wants_release(req);
+	if (req->wants_pages)
 		g->released++;
 	list_add_tail(&req->inflight, &g->reqs);
 	if (list_empty(&g->node))
@@ -285,6 +290,24 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g)
 		ss_group_add(req, g);
 	spin_unlock(&ss_inflight_lock);
 	ss_reaper_soon();
+}
+
+/**
+ * ss_inflight_unwant - nobody waits for @req's pages any more
+ * @req:	an io_uring command's request whose CQE io_uring's cancel took
+ *
+ * From now on its pages are no reason to kick receive processing.
+ * Called after the cancel cleared req->ucmd: a later ss_group_add() does
+ * not count the request either.
+ */
+void ss_inflight_unwant(struct ss_req *req)
+{
+	spin_lock(&ss_inflight_lock);
+	if (req->wants_pages) {
+		req->group->released--;
+		req->wants_pages = false;
+	}
+	spin_unlock(&ss_inflight_lock);
 }
 
 /**

@@ -128,6 +128,7 @@ struct ss_req {
 	bool ring;		/* an io_uring command's: no records */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
+	bool wants_pages;	/* counted in its group's released: the same */
 	u64 user_data;
 	u32 flags;		/* STABLESEND_REQ_* */
 	size_t total;		/* bytes to send */
@@ -251,6 +252,7 @@ struct sock;
 struct ss_group *ss_group_get(struct sock *sk);
 void ss_group_sock_gone(struct ss_group *g);
 void ss_inflight_add(struct ss_req *req, struct ss_group *g);
+void ss_inflight_unwant(struct ss_req *req);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);

@@ -125,6 +125,8 @@ static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	if (queued)
 		now = ss_cancel_req(req) || ss_abort_req(req);
 	spin_unlock(&ctx->lock);
+	/* Its CQE goes now: nobody waits for its pages any more. */
+	ss_inflight_unwant(req);
 	if (now)
 		ss_req_finish(req, req->res);	/* the CQE is ours: it posts none */
 	res = now || !queued ? req->res : (READ_ONCE(req->sent) ?: -ECANCELED);

@@ -16,10 +16,15 @@
  * (d) a user whose RELEASED stalls come and go (every 50 ms a new
  *     connection whose peer does not read, then reset) for 3 s: each new
  *     socket is due a kick two ticks into its stall, but the user gets at
- *     most 8 a second: at most 32 in the 3 s.
+ *     most 8 a second: at most 32 in the 3 s;
+ * (e) an io_uring command asking for its pages back (NOTIFY_RELEASE) on a
+ *     peer that does not read: kicked for while its ring waits; once the
+ *     ring is closed (io_uring cancels the command and posts its CQE)
+ *     nobody waits for those pages any more: no kick in 3 s.
  * test-timeout: 120
  */
-#include "common.h"
+#include "uring.h"
+#include <stablesend.h>
 #include <grp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -210,10 +215,41 @@ int main(void)
 	      t, n);
 	printf("(d) %d stalls that come and go in %.1f s: %lld kicks\n", n, t, k1 - k0);
 
-	close(c1);
-	close(s1);
+	/* (e) */
 	close(c2);
 	close(s2);
+	{
+		struct stablesend_req r;
+		struct ring ring;
+		int c, s;
+
+		REQUIRE(ring_init(&ring, 4, 0) == 0, "io_uring_setup");
+		tcp_pair(AF_INET, &c, &s);
+		set_rcvbuf_small(s);
+		r = ss_req(file, c, 0, 1 << 20, 7);
+		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+		stablesend_prep_uring(ring_sqe(&ring), dev, &r);
+		REQUIRE(ring_submit(&ring, 0) == 1, "io_uring_enter");
+		nap(0.5);
+		k0 = ss_stat("rx_kicks");
+		nap(1.5);
+		k1 = ss_stat("rx_kicks");
+		CHECK(k1 > k0, "no kick in 1.5 s while the ring waits for the command's pages");
+		uk = k1 - k0;
+		ring_exit(&ring);
+		nap(0.5);
+		k1 = ss_stat("rx_kicks");
+		nap(3);
+		k2 = ss_stat("rx_kicks");
+		CHECK(k2 == k1, "%lld kicks in 3 s after the ring closed", k2 - k1);
+		printf("(e) io_uring command: %lld kicks in 1.5 s while its ring waits, %lld in 3 s after the ring closed\n",
+		       uk, k2 - k1);
+		close(c);
+		close(s);
+	}
+
+	close(c1);
+	close(s1);
 	close(dev);
 	close(file);
 	CHECK(ss_drained(10), "pages still out after every fd was closed");
