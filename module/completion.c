@@ -57,7 +57,7 @@ struct ss_group {
 	struct list_head reqs;		/* ss_req.inflight */
 	struct list_head node;		/* on ss_watch[level], or a free list */
 	unsigned int level;
-	unsigned int released;		/* requests on @reqs that asked for RELEASED */
+	unsigned int released;		/* requests on @reqs with wants_pages */
 	unsigned long moved_at;		/* jiffies of its last progress */
 	unsigned long kicked_at;	/* of its stall's last kick */
 	unsigned long kick_gap;		/* ticks from that to the next */
@@ -125,7 +125,8 @@ static void ss_req_release(struct ss_req *req)
 
 /*
  * Someone waits for @req's pages: a RELEASED record, or a ring's CQE that
- * io_uring's cancel has not taken (ss_inflight_unwant()).
+ * io_uring's cancel has not taken.  Under ss_inflight_lock, which orders
+ * it after a cancel's xchg() of req->ucmd (ss_inflight_unwant()).
  */
 static bool ss_wants_release(const struct ss_req *req)
 {
@@ -297,11 +298,13 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g)
  * @req:	an io_uring command's request whose CQE io_uring's cancel took
  *
  * From now on its pages are no reason to kick receive processing.
- * Called after the cancel cleared req->ucmd: a later ss_group_add() does
- * not count the request either.
+ * Called after the cancel cleared req->ucmd (a later ss_group_add() does
+ * not count the request either), not under ctx->lock (lock order).
  */
 void ss_inflight_unwant(struct ss_req *req)
 {
+	if (!(req->flags & STABLESEND_REQ_NOTIFY_RELEASE))
+		return;
 	spin_lock(&ss_inflight_lock);
 	if (req->wants_pages) {
 		req->group->released--;

@@ -51,8 +51,9 @@ struct ss_user {
 #define SS_USER_KICKS		8
 
 /*
- * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock;
- * nothing allocates or sleeps under any of them.
+ * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
+ * with ss_inflight_lock (completion.c) before user->lock; nothing
+ * allocates or sleeps under any of them.
  */
 static DEFINE_HASHTABLE(ss_users, 6);
 static DEFINE_SPINLOCK(ss_users_lock);

@@ -127,8 +127,8 @@ struct ss_req {
 	struct io_uring_cmd *ucmd;	/* an io_uring command's, until its CQE */
 	bool ring;		/* an io_uring command's: no records */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
+	bool wants_pages;	/* counted in group->released: the same */
 	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
-	bool wants_pages;	/* counted in its group's released: the same */
 	u64 user_data;
 	u32 flags;		/* STABLESEND_REQ_* */
 	size_t total;		/* bytes to send */

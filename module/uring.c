@@ -102,7 +102,8 @@ void ss_uring_complete(struct ss_req *req, s64 res)
  * what the socket took so far (-ECANCELED: nothing): not started, the
  * request is cancelled; started, it stops after what the socket took (its
  * sender finishes it, when one is inside sendmsg now); finished and
- * waiting for its pages, it no longer holds the ring.  io_uring asks
+ * waiting for its pages, it no longer holds the ring, nor is it kicked
+ * for (ss_inflight_unwant()).  io_uring asks
  * again while the command is on its list: between its mark and its
  * queueing (an issue from io-wq), or when task work already carries its
  * CQE.  The cancel before 6.7 (compat/uring.c) holds
