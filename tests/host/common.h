@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define T_PASS	0
@@ -238,6 +239,31 @@ static inline void sink_finish(struct sink *s)
 		errno = s->err;
 		DIE("sink read");
 	}
+}
+
+/*
+ * What a sendfile-like call wrote: the bytes reader @rd got (its sink @s
+ * is finished), or with no reader (@rd < 0: the output was @file) all of
+ * @file, read back; @file is closed then.  *@data is malloc'd.
+ */
+static inline void output_collect(int rd, struct sink *s, int file,
+				  unsigned char **data, size_t *len)
+{
+	struct stat st;
+
+	if (rd >= 0) {
+		sink_finish(s);
+		*data = s->buf;
+		*len = s->len;
+		return;
+	}
+	if (fstat(file, &st))
+		DIE("fstat");
+	*len = st.st_size;
+	*data = malloc(*len + 1);
+	if (!*data || pread(file, *data, *len, 0) != (ssize_t)*len)
+		DIE("read back");
+	close(file);
 }
 
 #endif /* STABLESEND_TEST_COMMON_H */

@@ -314,24 +314,10 @@ static void run_one(const struct tcase *c, enum out_kind k, sendfile_fn fn,
 	if (k == K_UDP)
 		udp_drain(fds[1], r);
 	close(out);
-	if (rd >= 0) {
-		sink_finish(&sink);
-		r->data = sink.buf;
-		r->len = sink.len;
-	} else if (k == K_UDP) {
+	if (rd < 0 && k == K_UDP)
 		close(fds[1]);
-	} else {
-		struct stat st;
-
-		if (fstat(file, &st))
-			DIE("fstat");
-		r->len = st.st_size;
-		r->data = malloc(r->len + 1);
-		if (!r->data || pread(file, r->data, r->len, 0) !=
-		    (ssize_t)r->len)
-			DIE("read back");
-		close(file);
-	}
+	else
+		output_collect(rd, &sink, file, &r->data, &r->len);
 	if (in >= 0)
 		close(in);
 	if (pipe_w >= 0)

@@ -193,22 +193,7 @@ static int run_one(const struct tcase *c, enum out_kind k, sendfile_fn fn,
 
 	if (out >= 0)
 		close(out);
-	if (rd >= 0) {
-		sink_finish(&sink);
-		r->data = sink.buf;
-		r->len = sink.len;
-	} else {
-		struct stat st;
-
-		if (fstat(file, &st))
-			DIE("fstat");
-		r->len = st.st_size;
-		r->data = malloc(r->len + 1);
-		if (!r->data || pread(file, r->data, r->len, 0) !=
-		    (ssize_t)r->len)
-			DIE("read back");
-		close(file);
-	}
+	output_collect(rd, &sink, file, &r->data, &r->len);
 	if (in >= 0)
 		close(in);
 	if (pipe_w >= 0)
