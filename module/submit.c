@@ -30,6 +30,19 @@ static int ss_check_req(const struct stablesend_req *ur)
 }
 
 /*
+ * A request failed.  With -ENOMEM the user's memory cgroup may be full of
+ * the open's own idle pages, which its reclaim cannot take (the shrinker
+ * is not memcg-aware): give them back, so the next request that fits can
+ * be allocated.
+ */
+static struct ss_req *ss_fail(struct ss_ctx *ctx, int err)
+{
+	if (err == -ENOMEM)
+		ss_pool_drain(ctx);
+	return ERR_PTR(err);
+}
+
+/*
  * Validate, snapshot and queue one request.  Returns it with a reference
  * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
  * @sender is a SEND's registry entry (NULL for SUBMIT), @nonblock fails
@@ -92,7 +105,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	if (err) {
 		sockfd_put(sock);
 		ss_req_put(req);
-		return ERR_PTR(err);
+		return ss_fail(ctx, err);
 	}
 	/* The caller's reference; the one from ss_req_alloc() is the FIFO's. */
 	refcount_inc(&req->ref);
@@ -102,7 +115,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	if (err) {
 		ss_req_put(req);
 		ss_req_put(req);
-		return ERR_PTR(err);
+		return ss_fail(ctx, err);
 	}
 	return req;
 
@@ -110,7 +123,7 @@ put_sock:
 	sockfd_put(sock);
 put_file:
 	fput(file);
-	return ERR_PTR(err);
+	return ss_fail(ctx, err);
 }
 
 static void ss_mark_setup(struct ss_ctx *ctx)
