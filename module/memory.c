@@ -442,7 +442,8 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
  * ss_pool_drain - free the idle pool pages of an open
  * @ctx:	the open
  *
- * At close, and when an allocation fails.  Pages still held by the network
+ * At close, when an allocation fails, and when a request fails with
+ * -ENOMEM (ss_prepare_failed()).  Pages still held by the network
  * stack are freed as they come back (ss_req_free_pages()).
  */
 void ss_pool_drain(struct ss_ctx *ctx)

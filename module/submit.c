@@ -33,9 +33,9 @@ static int ss_check_req(const struct stablesend_req *ur)
  * A request failed.  With -ENOMEM the user's memory cgroup may be full of
  * the open's own idle pages, which its reclaim cannot take (the shrinker
  * is not memcg-aware): give them back, so the next request that fits can
- * be allocated.
+ * be allocated.  (Other opens of the user keep theirs.)
  */
-static struct ss_req *ss_fail(struct ss_ctx *ctx, int err)
+static struct ss_req *ss_prepare_failed(struct ss_ctx *ctx, int err)
 {
 	if (err == -ENOMEM)
 		ss_pool_drain(ctx);
@@ -44,7 +44,8 @@ static struct ss_req *ss_fail(struct ss_ctx *ctx, int err)
 
 /*
  * Validate, snapshot and queue one request.  Returns it with a reference
- * of the caller's own, or an ERR_PTR; a failed request leaves no trace.
+ * of the caller's own, or an ERR_PTR; a failed request leaves no trace
+ * (but for the open's idle pages freed after -ENOMEM).
  * @sender is a SEND's registry entry (NULL for SUBMIT), @nonblock fails
  * instead of waiting for memory, @ucmd is an io_uring command's (or NULL).
  */
@@ -105,7 +106,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	if (err) {
 		sockfd_put(sock);
 		ss_req_put(req);
-		return ss_fail(ctx, err);
+		return ss_prepare_failed(ctx, err);
 	}
 	/* The caller's reference; the one from ss_req_alloc() is the FIFO's. */
 	refcount_inc(&req->ref);
@@ -115,7 +116,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	if (err) {
 		ss_req_put(req);
 		ss_req_put(req);
-		return ss_fail(ctx, err);
+		return ss_prepare_failed(ctx, err);
 	}
 	return req;
 
@@ -123,7 +124,7 @@ put_sock:
 	sockfd_put(sock);
 put_file:
 	fput(file);
-	return ss_fail(ctx, err);
+	return ss_prepare_failed(ctx, err);
 }
 
 static void ss_mark_setup(struct ss_ctx *ctx)
