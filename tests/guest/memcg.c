@@ -351,7 +351,7 @@ static void round_pressure(int file, int sock, int peer, pid_t bystander)
 
 static void round_tiny(int file, int sock, int peer)
 {
-	long long base, max;
+	long long base, max, pool;
 	char buf[64 << 10];
 	pid_t pid;
 
@@ -376,10 +376,11 @@ static void round_tiny(int file, int sock, int peer)
 	 * The cgroup was full: the open keeps none of the pages those requests
 	 * had (its reclaim could not take them), or nothing else fits.
 	 */
-	CHECK(ss_stat("pool_bytes") == 0,
+	pool = ss_stat("pool_bytes");
+	CHECK(pool == 0,
 	      "after ENOMEM the open still holds %lld bytes of idle pages in the full cgroup",
-	      ss_stat("pool_bytes"));
-	printf("pool after ENOMEM %lld bytes, ", ss_stat("pool_bytes"));
+	      pool);
+	printf("pool after ENOMEM %lld bytes, ", pool);
 	/*
 	 * A request that fits still goes through (once more after 0.2 s: other
 	 * CPUs give back the charges they cache for the cgroup asynchronously).
