@@ -11,6 +11,7 @@
 #include <linux/poll.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <net/sock.h>
 
 #include "ss.h"
 
@@ -80,11 +81,19 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	err = ss_sock_check(sock, &copies);
 	if (err)
 		goto put_sock;
-	/* A non-blocking SEND that could send nothing: fail before the copy. */
-	err = -EAGAIN;
+	/*
+	 * A non-blocking SEND that could send nothing: fail before the copy.
+	 * AF_UNIX's poll() is stricter than its send, which decides then, as
+	 * sendfile's does; without waiting for memory, as the socket is full.
+	 */
 	if (sync && (sock->file->f_flags & O_NONBLOCK) &&
-	    !(vfs_poll(sock->file, NULL) & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-		goto put_sock;
+	    !(vfs_poll(sock->file, NULL) & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+		err = -EAGAIN;
+		if (sock->sk->sk_family != AF_UNIX ||
+		    !stablesend_unix_may_send(sock->sk))
+			goto put_sock;
+		nonblock = true;
+	}
 	if (ur->len) {
 		isize = i_size_read(file_inode(file));
 		err = -ENODATA;

@@ -105,12 +105,33 @@ struct msghdr;
 #define MSG_SPLICE_PAGES	0
 #endif
 int stablesend_sendmsg(struct socket *sock, struct msghdr *msg);
+
+/*
+ * May a non-blocking send on AF_UNIX stream socket @sk take bytes though
+ * poll() says it is full?  unix_stream_sendpage() adds to the last skb
+ * without looking at the send buffer: only the send can tell.
+ */
+static inline bool stablesend_unix_may_send(struct sock *sk)
+{
+	return true;
+}
 #else
 #include <linux/net.h>
+#include <net/sock.h>
 
 static inline int stablesend_sendmsg(struct socket *sock, struct msghdr *msg)
 {
 	return sock_sendmsg(sock, msg);
+}
+
+/*
+ * unix_stream_sendmsg() takes every call's pages in a new skb, which
+ * sock_alloc_send_pskb() allocates while the send buffer is not full;
+ * poll() reports room only below a quarter of it.
+ */
+static inline bool stablesend_unix_may_send(struct sock *sk)
+{
+	return sk_wmem_alloc_get(sk) < READ_ONCE(sk->sk_sndbuf);
 }
 #endif
 

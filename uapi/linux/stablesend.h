@@ -48,7 +48,11 @@
  *	(a short count, or EAGAIN), a signal before the first byte gives EINTR
  *	(or a restart under SA_RESTART) and after it a short count; SIGKILL
  *	ends it.  On a non-blocking socket it sends what the socket takes now:
- *	a short count, or EAGAIN (also when other requests are queued ahead).
+ *	a short count, or EAGAIN (also when other requests are queued ahead;
+ *	on TCP, without a copy, whenever poll(2) reports neither POLLOUT nor
+ *	an error, where sendfile(2) may still take a few bytes; AF_UNIX, whose
+ *	poll(2) is stricter than its send, is tried as sendfile(2) would be,
+ *	without waiting for memory).
  *	The bytes reported are exactly those the peer gets; the rest of the
  *	snapshot is dropped.  The device fd's O_NONBLOCK only affects waiting
  *	for memory.  No SENT completion is queued for it; a RELEASED one is if

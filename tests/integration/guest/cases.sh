@@ -433,10 +433,23 @@ case_bench() {
 	say "result: $server throughput measured, $BENCH_ROUNDS rounds of ${BENCH_SECONDS}s cells"
 }
 
+# tests/host/preload with the module loaded: its contract cases (every
+# call through the preload against the raw system call) now go to the
+# module first, and its log must say path=module.
+case_contract() {
+	local bytes0
+	bytes0=$(stat_bytes)
+	(cd /tmp && STABLESEND_EXPECT_PATH=module TMPDIR=/tmp /int/preload-contract.bin) ||
+		fail "tests/host/preload failed with the module loaded"
+	say "result: preload-contract $(uname -r): module bytes +$(($(stat_bytes) - bytes0))"
+	(($(stat_bytes) > bytes0)) || fail "the module sent nothing"
+}
+
 main() {
 	local name=$1
 	case $name in
 	int-setup) setup ;;
+	preload-contract) case_contract ;;
 	*-control) case_control "${name%-control}" ;;
 	*-preload) case_preload "${name%-preload}" ;;
 	*-nomodule) case_nomodule "${name%-nomodule}" ;;
