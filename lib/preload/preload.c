@@ -5,10 +5,15 @@
  * LD_PRELOADed, it defines sendfile() and sendfile64() (the same call on
  * LP64: off_t is 64 bits, and the kernel's sendfile there is sendfile64).
  * A call from a regular file to a TCP or AF_UNIX stream socket goes
- * through stablesend_sendfile(), linked in from libstablesend's own
- * objects; anything else goes to the next definition, libc's, found with
- * dlsym(RTLD_NEXT).  stablesend_sendfile() never calls sendfile(), so
- * there is no recursion: its copy path is pread(2) + send(2).
+ * through libstablesend's own objects, linked in; anything else goes to
+ * the next definition, libc's, found with dlsym(RTLD_NEXT).  With the
+ * module, every call but an O_DIRECT input's is first one SEND, and what
+ * the module refuses passes through (ENOTSOCK; EOPNOTSUPP but for a TCP
+ * or AF_UNIX stream socket, which takes the copy path; EINVAL for an input
+ * that is not a regular file): few checks of our own on the common path.
+ * Without it, the descriptors are looked at here and stable calls take
+ * stablesend_sendfile()'s copy path, pread(2) + send(2): libstablesend
+ * never calls sendfile(), so there is no recursion.
  *
  * Environment, read once when the library is loaded:
  *	STABLESEND_PRELOAD_DISABLE=1	pass every call through
@@ -190,15 +195,16 @@ static void log_once(void)
 		    program_invocation_short_name, strerror(why), min);
 }
 
-/* Does the call go to stablesend_sendfile()?  errno may change. */
-static int stable_route(int out_fd, int in_fd, size_t count)
+/*
+ * Without the module: does the call go to stablesend_sendfile()'s copy
+ * path?  errno may change.
+ */
+static int stable_route(int out_fd, int in_fd)
 {
 	socklen_t sl = sizeof(int);
 	struct stat st;
 	int v;
 
-	if (cfg.disable || count < cfg.min)
-		return 0;
 	if (fstat(in_fd, &st) || !S_ISREG(st.st_mode))
 		return 0;
 	/*
@@ -245,10 +251,17 @@ static ssize_t preload_sendfile(sendfile_fn *fn, const char *name,
 
 	if (cfg.log)
 		log_once();
-	stable = stable_route(out_fd, in_fd, count);
-	errno = err;
-	if (stable)
-		return stablesend_sendfile(out_fd, in_fd, offset, count);
+	if (!cfg.disable && count >= cfg.min) {
+		/* One SEND: the module tells what it does not take. */
+		ssize_t ret = ss_sendfile_preload(out_fd, in_fd, offset, count);
+
+		if (ret != SS_DECLINED && ret != SS_UNDECIDED)
+			return ret;
+		stable = ret == SS_UNDECIDED && stable_route(out_fd, in_fd);
+		errno = err;
+		if (stable)
+			return stablesend_sendfile(out_fd, in_fd, offset, count);
+	}
 	f = next(fn, name);
 	if (!f) {
 		errno = ENOSYS;

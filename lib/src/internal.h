@@ -7,6 +7,8 @@
 #ifndef STABLESEND_INTERNAL_H
 #define STABLESEND_INTERNAL_H
 
+#include <sys/types.h>
+
 #include "stablesend.h"
 
 /*
@@ -25,6 +27,12 @@ extern const char *ss_device_path;
 
 /* sendfile.c: the path stable calls take here (libstablesend-preload). */
 int ss_sendfile_probe(int *why);
+
+/* sendfile.c: libstablesend-preload's call, module first. */
+#define SS_DECLINED	(-2)	/* not ours: hand it to sendfile(2) */
+#define SS_UNDECIDED	(-3)	/* no module: the caller decides */
+ssize_t ss_sendfile_preload(int out_fd, int in_fd, off_t *offset,
+			    size_t count);
 
 struct stablesend {
 	int fd;

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,9 +333,47 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 	return done;
 }
 
-/* One synchronous STABLESEND_IOC_SEND of at most dev_max_len bytes. */
+/*
+ * For the preload: is this socket one whose calls must be stable (TCP, or
+ * an AF_UNIX stream), though the module refused it (EOPNOTSUPP: say, a TCP
+ * upper-layer protocol other than kTLS)?  Then the copy path takes it.
+ */
+static int stable_socket(int fd)
+{
+	socklen_t sl = sizeof(int);
+	int v;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &sl) || v != SOCK_STREAM)
+		return 0;
+	sl = sizeof(int);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl))
+		return 0;
+	if (v == AF_UNIX)
+		return 1;
+	if (v != AF_INET && v != AF_INET6)
+		return 0;
+	sl = sizeof(int);
+	return !getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &sl) &&
+	       v == IPPROTO_TCP;
+}
+
+/* For the preload: an input that is not a regular file is sendfile(2)'s. */
+static int not_regular(int in_fd)
+{
+	struct stat st;
+
+	return fstat(in_fd, &st) || !S_ISREG(st.st_mode);
+}
+
+/*
+ * One synchronous STABLESEND_IOC_SEND of at most dev_max_len bytes.  With
+ * @preload, a call that is not a regular file (nor an O_DIRECT one, which
+ * sendfile(2) copies already) to a socket the module takes returns
+ * SS_DECLINED instead: the caller hands it to sendfile(2), which decides
+ * what it means.  Only what the module refuses costs extra system calls.
+ */
 static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
-			       size_t count)
+			       size_t count, int preload)
 {
 	struct stablesend_req req = {
 		.file_fd = in_fd,
@@ -344,7 +383,15 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	off_t pos;
 	int fl, ret;
 
+	if (preload) {
+		fl = fcntl(in_fd, F_GETFL);
+		if (fl < 0 || (fl & O_DIRECT))
+			return SS_DECLINED;
+	}
 	pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	/* A pipe or socket input: sendfile's errno (ESPIPE, EINVAL...). */
+	if (pos < 0 && preload && not_regular(in_fd))
+		return SS_DECLINED;
 	if (pos < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count,
 					  offset ? EINVAL : errno);
@@ -355,9 +402,13 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 		len = dev_max_len;
 
 	fl = fcntl(out_fd, F_GETFL);
+	if (fl < 0 && preload)
+		return SS_DECLINED;
 	if (fl < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count, errno);
 	/* sendfile(2) refuses O_APPEND outputs but for pipes */
+	if ((fl & O_APPEND) && preload)
+		return SS_DECLINED;
 	if ((fl & O_APPEND) && sendfile_valid(out_fd, in_fd, offset, count) < 0)
 		return -1;
 	/*
@@ -382,6 +433,24 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 			break;
 		/* Limit smaller than we thought (shared, or alignment). */
 		len /= 2;
+	}
+	if (ret < 0 && preload) {
+		int err = errno;
+
+		switch (err) {
+		case ENOTSOCK:		/* a file or pipe */
+			return SS_DECLINED;
+		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
+			if (!stable_socket(out_fd))
+				return SS_DECLINED;
+			break;
+		case EINVAL:		/* a block or character device... */
+			if (not_regular(in_fd))
+				return SS_DECLINED;
+			break;
+		}
+		/* EBADF stays ours: the device fd itself may be gone. */
+		errno = err;
 	}
 	if (ret < 0) {
 		switch (errno) {
@@ -419,12 +488,30 @@ ssize_t stablesend_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 	case 1:
 		if (!count)	/* validate only */
 			return copy_sendfile(out_fd, in_fd, offset, 0);
-		return module_sendfile(dev, out_fd, in_fd, offset, count);
+		return module_sendfile(dev, out_fd, in_fd, offset, count, 0);
 	case 0:
 		return copy_sendfile(out_fd, in_fd, offset, count);
 	default:
 		return -1;
 	}
+}
+
+/**
+ * ss_sendfile_preload - libstablesend-preload's sendfile(2), module first
+ *
+ * With the module, one SEND straight away: the module itself tells the
+ * calls it does not take (not a regular file, not a TCP or AF_UNIX stream
+ * socket), and those return SS_DECLINED for the caller's sendfile(2).
+ * Without it, SS_UNDECIDED: the caller sorts the call out itself.
+ * Otherwise what stablesend_sendfile() returns.
+ */
+ssize_t ss_sendfile_preload(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	int dev;
+
+	if (!count || dev_get(&dev) != 1)
+		return SS_UNDECIDED;
+	return module_sendfile(dev, out_fd, in_fd, offset, count, 1);
 }
 
 int stablesend_sendfile_path(void)
