@@ -26,12 +26,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,9 +199,8 @@ static void log_once(void)
  */
 static int stable_route(int out_fd, int in_fd)
 {
-	socklen_t sl = sizeof(int);
 	struct stat st;
-	int v;
+	int fl;
 
 	if (fstat(in_fd, &st) || !S_ISREG(st.st_mode))
 		return 0;
@@ -211,24 +208,10 @@ static int stable_route(int out_fd, int in_fd)
 	 * The copy path cannot pread() O_DIRECT files into its buffer, and
 	 * sendfile(2) copies them already (copy_splice_read()): stable.
 	 */
-	v = fcntl(in_fd, F_GETFL);
-	if (v < 0 || (v & O_DIRECT))
+	fl = fcntl(in_fd, F_GETFL);
+	if (fl < 0 || (fl & O_DIRECT))
 		return 0;
-	/* ENOTSOCK or EBADF: sendfile(2) decides what that means. */
-	if (getsockopt(out_fd, SOL_SOCKET, SO_TYPE, &v, &sl) ||
-	    v != SOCK_STREAM)
-		return 0;
-	sl = sizeof(int);
-	if (getsockopt(out_fd, SOL_SOCKET, SO_DOMAIN, &v, &sl))
-		return 0;
-	if (v == AF_UNIX)
-		return 1;
-	if (v != AF_INET && v != AF_INET6)
-		return 0;
-	/* Not SCTP or MPTCP, which the module does not take. */
-	sl = sizeof(int);
-	return !getsockopt(out_fd, SOL_SOCKET, SO_PROTOCOL, &v, &sl) &&
-	       v == IPPROTO_TCP;
+	return ss_stable_socket(out_fd);
 }
 
 static sendfile_fn next(sendfile_fn *fn, const char *name)

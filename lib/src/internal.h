@@ -33,6 +33,7 @@ int ss_sendfile_probe(int *why);
 #define SS_UNDECIDED	(-3)	/* no module: the caller decides */
 ssize_t ss_sendfile_preload(int out_fd, int in_fd, off_t *offset,
 			    size_t count);
+int ss_stable_socket(int fd);
 
 struct stablesend {
 	int fd;

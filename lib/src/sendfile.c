@@ -333,12 +333,16 @@ static ssize_t copy_sendfile(int out_fd, int in_fd, off_t *offset,
 	return done;
 }
 
-/*
- * For the preload: is this socket one whose calls must be stable (TCP, or
- * an AF_UNIX stream), though the module refused it (EOPNOTSUPP: say, a TCP
- * upper-layer protocol other than kTLS)?  Then the copy path takes it.
+/**
+ * ss_stable_socket - is @fd a socket whose calls must be stable
+ *
+ * A TCP (IPv4 or IPv6) or AF_UNIX stream socket, not SCTP or MPTCP.  The
+ * preload asks it when the module refused a socket (EOPNOTSUPP: say, a
+ * TCP upper-layer protocol other than kTLS; the copy path takes it then),
+ * and without the module.  ENOTSOCK or EBADF: no, sendfile(2) decides
+ * what that means.  errno may change.
  */
-static int stable_socket(int fd)
+int ss_stable_socket(int fd)
 {
 	socklen_t sl = sizeof(int);
 	int v;
@@ -441,7 +445,7 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 		case ENOTSOCK:		/* a file or pipe */
 			return SS_DECLINED;
 		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
-			if (!stable_socket(out_fd))
+			if (!ss_stable_socket(out_fd))
 				return SS_DECLINED;
 			break;
 		case EINVAL:		/* a block or character device... */
