@@ -21,7 +21,8 @@
  * polling after EAGAIN; the module, once their open is closed) the reaper
  * kicks receive processing on the housekeeping CPUs (see rxkick.c): per
  * socket SS_KICK_FIRST ticks into the stall, then at doubling gaps up to
- * a second, and at most SS_USER_KICKS a second for one user's pages.
+ * a second, and at most SS_USER_KICKS a second for one user's pages;
+ * once the kicks have run it looks at the kicked groups again at once.
  * Pages nobody waits for are never kicked for: they come back with the
  * CPU's next receive processing, or when someone starts to wait.
  */
@@ -61,6 +62,7 @@ struct ss_group {
 	unsigned long moved_at;		/* jiffies of its last progress */
 	unsigned long kicked_at;	/* of its stall's last kick */
 	unsigned long kick_gap;		/* ticks from that to the next */
+	unsigned int resume;		/* kicked: 1 + its level if that freed nothing */
 	bool sock_gone;			/* no FIFO owns it */
 };
 
@@ -73,6 +75,9 @@ static DEFINE_SPINLOCK(ss_inflight_lock);
 /* Someone began to wait for memory: look at everything on the next pass. */
 static bool ss_wanted;
 static unsigned long ss_wanted_at;
+/* Kicks have run: look at level 0, where the kicked groups are, at once. */
+static bool ss_recheck;
+static unsigned long ss_recheck_at;
 /* Submitters waiting for memory now: kicks are for them. */
 static atomic_t ss_waiters;
 /* When a non-blocking submitter last got EAGAIN: it waits too, in poll(). */
@@ -199,9 +204,12 @@ static bool ss_req_reap(struct ss_req *req)
  */
 static void ss_reaper_soon(void)
 {
-	if (!delayed_work_pending(&ss_reaper) ||
-	    time_after(READ_ONCE(ss_reaper.timer.expires), jiffies + 1))
-		mod_delayed_work(stablesend_wq, &ss_reaper, 1);
+	/* Queued to run now (no timer), or due within a tick: leave it. */
+	if (delayed_work_pending(&ss_reaper) &&
+	    (!timer_pending(&ss_reaper.timer) ||
+	     !time_after(READ_ONCE(ss_reaper.timer.expires), jiffies + 1)))
+		return;
+	mod_delayed_work(stablesend_wq, &ss_reaper, 1);
 }
 
 /**
@@ -262,6 +270,7 @@ static void ss_group_watch(struct ss_group *g)
 	g->moved_at = jiffies;
 	g->kicked_at = g->moved_at - SS_KICK_FIRST;
 	g->kick_gap = SS_KICK_FIRST;
+	g->resume = 0;
 	list_move_tail(&g->node, &ss_watch[0]);
 }
 
@@ -439,6 +448,7 @@ struct ss_pass {
 	bool wanted;
 	bool moved;
 	bool kick;		/* a user's stalled pages are due a kick */
+	bool kicks_on;		/* ss_rx_kick_enabled() */
 };
 
 /*
@@ -471,8 +481,9 @@ static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p)
  * Look at the groups of level @l: from each one's oldest request on, give
  * back what came back, until a request still has pages out (or, when
  * someone waits for memory or for RELEASED, SS_PAST_BUSY more).  A group
- * that moved goes to level 0, one that did not a level up.  Under
- * ss_inflight_lock.  Returns false when the budget ran out first.
+ * that moved goes to level 0, one that did not a level up; one kicked goes
+ * to level 0 until the kicks have run, and back up if they freed nothing.
+ * Under ss_inflight_lock.  Returns false when the budget ran out first.
  */
 static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 {
@@ -481,6 +492,7 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
 		bool waited = p->waiters || g->released, moved = false;
+		bool kicked = false;
 		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
 
 		if (p->budget <= 0)
@@ -507,13 +519,27 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 			p->moved = true;
 			g->moved_at = p->now;
 			g->kick_gap = SS_KICK_FIRST;
+			g->resume = 0;
 		} else if (ss_group_kick_due(g, p)) {
 			p->kick = true;
+			kicked = p->kicks_on;
 		}
 		/* Someone waits for memory: every tick, as memory is wanted now. */
 		top = p->waiters ? 0 : g->released ? SS_LEVEL_RELEASED :
 						     SS_LEVELS - 1;
-		g->level = moved ? 0 : min(l + 1, top);
+		if (moved) {
+			g->level = 0;
+		} else if (kicked) {
+			/* Looked at again as soon as the kicks have run. */
+			g->resume = min(l + 1, top) + 1;
+			g->level = 0;
+		} else if (g->resume) {
+			/* The kicks freed nothing of it: where it was going. */
+			g->level = min(g->resume - 1, top);
+			g->resume = 0;
+		} else {
+			g->level = min(l + 1, top);
+		}
 		list_move_tail(&g->node, &p->next[g->level]);
 	}
 	return true;
@@ -530,7 +556,9 @@ static void ss_reaper_fn(struct work_struct *work)
 		.waiters = atomic_read(&ss_waiters) ||
 			   jiffies - READ_ONCE(ss_eagain_at) < HZ,
 		.wanted = xchg(&ss_wanted, false),
+		.kicks_on = ss_rx_kick_enabled(),
 	};
+	bool recheck = xchg(&ss_recheck, false);
 	struct ss_req *req, *tmp;
 	unsigned int i, l;
 
@@ -541,7 +569,11 @@ static void ss_reaper_fn(struct work_struct *work)
 	spin_lock(&ss_inflight_lock);
 	for (i = 0; i < SS_LEVELS; i++) {
 		l = (first + i) % SS_LEVELS;
-		if (!p.wanted && time_before(p.now, ss_due[l]))
+		/* After kicks: level 0 only, where the kicked groups are. */
+		if (recheck && !p.wanted && l != 0)
+			continue;
+		if (!p.wanted && !(recheck && l == 0) &&
+		    time_before(p.now, ss_due[l]))
 			continue;
 		if (!ss_reap_level(l, &p)) {
 			/* The rest next tick, before the other levels. */
@@ -571,6 +603,23 @@ static void ss_reaper_fn(struct work_struct *work)
 		queue_delayed_work(stablesend_wq, &ss_reaper, delay);
 }
 
+/**
+ * ss_reaper_kicked - the kicks of ss_rx_kick() have run
+ *
+ * What they freed is looked at now, at most once a tick: a pass over
+ * level 0, where the kicked groups are.
+ */
+void ss_reaper_kicked(void)
+{
+	unsigned long now = jiffies;
+
+	if (READ_ONCE(ss_recheck_at) == now)
+		return;
+	WRITE_ONCE(ss_recheck_at, now);
+	WRITE_ONCE(ss_recheck, true);
+	mod_delayed_work(stablesend_wq, &ss_reaper, 0);
+}
+
 void ss_reaper_init(void)
 {
 	unsigned int l;
@@ -581,6 +630,7 @@ void ss_reaper_init(void)
 	}
 	ss_eagain_at = jiffies - HZ;
 	ss_wanted_at = jiffies - 1;
+	ss_recheck_at = jiffies - 1;
 }
 
 void ss_reaper_stop(void)

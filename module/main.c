@@ -61,6 +61,8 @@ static void __exit ss_exit(void)
 	ss_reaper_stop();
 	ss_memory_exit();
 	ss_rx_kick_exit();
+	/* The last kick may have asked for one more pass. */
+	ss_reaper_stop();
 	destroy_workqueue(stablesend_wq);
 }
 

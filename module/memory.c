@@ -42,13 +42,13 @@ struct ss_user {
 	/* Receive-processing kicks for this user's pages (ss_user_wants_pages()) */
 	atomic_t mem_waiters;		/* submitters waiting for any memory */
 	bool starved;			/* found none without waiting, not charged since */
-	unsigned long kick_window;	/* start of the second @kick_count counts: */
-	unsigned int kick_count;	/* both under ss_inflight_lock */
+	unsigned long kick_tat;		/* its kick budget whole again: under ss_inflight_lock */
 	atomic64_t kicks;		/* kicks made for its pages */
 };
 
-/* Kicks one user's pages may cause in a second. */
+/* Kicks one user's pages may cause in a second: at most that many at once. */
 #define SS_USER_KICKS		8
+#define SS_KICK_TICKS		DIV_ROUND_UP(HZ, SS_USER_KICKS)
 
 /*
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
@@ -488,7 +488,7 @@ int ss_user_attach(struct ss_ctx *ctx)
 		if (!fresh)
 			return -ENOMEM;
 		fresh->uid = uid;
-		fresh->kick_window = jiffies - HZ;
+		fresh->kick_tat = jiffies;
 		spin_lock_init(&fresh->lock);
 		INIT_LIST_HEAD(&fresh->idle);
 		init_waitqueue_head(&fresh->wait);
@@ -575,21 +575,21 @@ bool ss_user_wants_pages(const struct ss_ctx *ctx)
  * @ctx:	the open of the pages
  * @now:	the reaper pass's jiffies
  *
- * At most SS_USER_KICKS a second per user; counted.  Called by the reaper
- * under ss_inflight_lock, which serialises the kick fields; the pass's
- * requests keep @ctx and its user.
+ * At most SS_USER_KICKS a second per user: that many at once, then one
+ * every SS_KICK_TICKS (a budget refilled as time passes, not per second,
+ * so a user who used it up waits a fraction of a second, not the rest of
+ * one); counted.  Called by the reaper under ss_inflight_lock, which
+ * serialises the kick fields; the pass's requests keep @ctx and its user.
  */
 bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now)
 {
 	struct ss_user *u = ctx->user;
+	unsigned long tat = time_after(u->kick_tat, now) ? u->kick_tat : now;
 
-	if (now - u->kick_window >= HZ) {
-		u->kick_window = now;
-		u->kick_count = 0;
-	}
-	if (u->kick_count >= SS_USER_KICKS)
+	/* Less than a kick left of the budget. */
+	if (tat - now > (SS_USER_KICKS - 1) * SS_KICK_TICKS)
 		return false;
-	u->kick_count++;
+	u->kick_tat = tat + SS_KICK_TICKS;
 	if (ss_rx_kick_enabled())
 		atomic64_inc(&u->kicks);
 	return true;

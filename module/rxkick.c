@@ -34,6 +34,8 @@ struct ss_rx_kick {
 
 static struct net_device *ss_kick_dev;
 static struct ss_rx_kick __percpu *ss_kicks;
+/* Kicks queued and not yet run, plus one while ss_rx_kick() queues them. */
+static atomic_t ss_kicks_pending = ATOMIC_INIT(0);
 
 static int ss_rx_kick_poll(struct napi_struct *napi, int budget)
 {
@@ -48,7 +50,13 @@ static void ss_rx_kick_fn(struct work_struct *work)
 
 	local_bh_disable();
 	napi_schedule(&k->napi);
-	local_bh_enable();	/* runs the softirq */
+	/*
+	 * Runs the softirq (before 6.5 it may be left to a running ksoftirqd:
+	 * then the reaper looks too early, and sees the pages a tick later).
+	 */
+	local_bh_enable();
+	if (atomic_dec_and_test(&ss_kicks_pending))
+		ss_reaper_kicked();
 }
 
 static bool ss_rx_kick_on = true;
@@ -61,7 +69,10 @@ bool ss_rx_kick_enabled(void)
 	return READ_ONCE(ss_rx_kick_on);
 }
 
-/* Every online housekeeping CPU; counted. */
+/*
+ * Every online housekeeping CPU; counted.  Once the last of them has run,
+ * the reaper looks at what they freed (ss_reaper_kicked()).
+ */
 void ss_rx_kick(void)
 {
 	const struct cpumask *wq = housekeeping_cpumask(HK_TYPE_WQ);
@@ -70,13 +81,21 @@ void ss_rx_kick(void)
 
 	if (!READ_ONCE(ss_rx_kick_on))
 		return;
+	atomic_inc(&ss_kicks_pending);
 	cpus_read_lock();
-	for_each_online_cpu(cpu)
-		if (cpumask_test_cpu(cpu, wq) && cpumask_test_cpu(cpu, dom))
-			queue_work_on(cpu, system_highpri_wq,
-				      &per_cpu_ptr(ss_kicks, cpu)->work);
+	for_each_online_cpu(cpu) {
+		if (!cpumask_test_cpu(cpu, wq) || !cpumask_test_cpu(cpu, dom))
+			continue;
+		atomic_inc(&ss_kicks_pending);
+		/* Already queued: that one's run counts for us. */
+		if (!queue_work_on(cpu, system_highpri_wq,
+				   &per_cpu_ptr(ss_kicks, cpu)->work))
+			atomic_dec(&ss_kicks_pending);
+	}
 	cpus_read_unlock();
 	atomic64_inc(&stablesend_stats[SS_RX_KICKS]);
+	if (atomic_dec_and_test(&ss_kicks_pending))
+		ss_reaper_kicked();
 }
 
 int ss_rx_kick_init(void)
@@ -101,7 +120,11 @@ int ss_rx_kick_init(void)
 	return 0;
 }
 
-/* After the reaper has stopped: nothing queues kicks any more. */
+/*
+ * After the reaper has stopped, with no group left: a kick still running
+ * may run it once more, which with nothing to look at queues no kick.
+ * ss_exit() stops it again afterwards.
+ */
 void ss_rx_kick_exit(void)
 {
 	unsigned int cpu;

@@ -256,6 +256,7 @@ void ss_inflight_unwant(struct ss_req *req);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);
+void ss_reaper_kicked(void);
 bool ss_rx_kick_enabled(void);
 
 static inline void ss_ctx_put(struct ss_ctx *ctx)
