@@ -129,13 +129,14 @@ static void ss_req_release(struct ss_req *req)
 }
 
 /*
- * Someone waits for @req's pages: a RELEASED record, or a ring's CQE that
- * io_uring's cancel has not taken.  Under ss_inflight_lock, which orders
- * it after a cancel's xchg() of req->ucmd (ss_inflight_unwant()).
+ * Someone waits for @req's pages: a RELEASED record, a ring's CQE that
+ * io_uring's cancel has not taken, or the module, once the open is closed.
+ * Under ss_inflight_lock, which orders it after a cancel's xchg() of
+ * req->ucmd (ss_inflight_unwant()) and a close's ss_inflight_closed().
  */
 static bool ss_wants_release(const struct ss_req *req)
 {
-	return req->cqe_released ||
+	return req->cqe_released || READ_ONCE(req->ctx->closed) ||
 	       (READ_ONCE(req->ucmd) && (req->flags & STABLESEND_REQ_NOTIFY_RELEASE));
 }
 
@@ -147,6 +148,7 @@ static void ss_group_del(struct ss_req *req)
 	if (!g)
 		return;
 	list_del_init(&req->inflight);
+	list_del_init(&req->ctx_inflight);
 	req->group = NULL;
 	if (req->wants_pages)
 		g->released--;
@@ -282,6 +284,9 @@ static void ss_group_add(struct ss_req *req, struct ss_group *g)
 	if (req->wants_pages)
 		g->released++;
 	list_add_tail(&req->inflight, &g->reqs);
+	/* After the close, marked already (ss_inflight_closed()). */
+	if (!READ_ONCE(req->ctx->closed))
+		list_add_tail(&req->ctx_inflight, &req->ctx->inflight);
 	if (list_empty(&g->node))
 		ss_group_watch(g);
 }
@@ -306,20 +311,65 @@ void ss_inflight_add(struct ss_req *req, struct ss_group *g)
  * ss_inflight_unwant - nobody waits for @req's pages any more
  * @req:	an io_uring command's request whose CQE io_uring's cancel took
  *
- * From now on its pages are no reason to kick receive processing.
- * Called after the cancel cleared req->ucmd (a later ss_group_add() does
- * not count the request either), not under ctx->lock (lock order).
+ * From now on its pages are no reason to kick receive processing, unless
+ * its open is closed.  Called after the cancel cleared req->ucmd (a later
+ * ss_group_add() does not count the request either, but for a closed
+ * open), not under ctx->lock (lock order).
  */
 void ss_inflight_unwant(struct ss_req *req)
 {
 	if (!(req->flags & STABLESEND_REQ_NOTIFY_RELEASE))
 		return;
 	spin_lock(&ss_inflight_lock);
-	if (req->wants_pages) {
+	if (req->wants_pages && !READ_ONCE(req->ctx->closed)) {
 		req->group->released--;
 		req->wants_pages = false;
 	}
 	spin_unlock(&ss_inflight_lock);
+}
+
+/* Requests ss_inflight_closed() marks before it lets others at the lock. */
+#define SS_CLOSE_BATCH	256
+
+/**
+ * ss_inflight_closed - the module waits for the pages of a closed open
+ * @ctx:	the open, with ctx->closed set
+ *
+ * Its requests whose pages are out count from now on as if they had asked
+ * for RELEASED, wherever they are in their socket's group (behind another
+ * open's request too): their groups are looked at on the next tick, and
+ * kicked for.  The closer pays, in proportion to its own requests, in
+ * batches.  Requests that reach a group later are marked there.
+ */
+void ss_inflight_closed(struct ss_ctx *ctx)
+{
+	unsigned int n = 0, marked = 0;
+	struct ss_group *g;
+	struct ss_req *req;
+
+	spin_lock(&ss_inflight_lock);
+	while ((req = list_first_entry_or_null(&ctx->inflight, struct ss_req,
+					       ctx_inflight))) {
+		list_del_init(&req->ctx_inflight);
+		g = req->group;
+		if (!req->wants_pages) {
+			req->wants_pages = true;
+			g->released++;
+			marked++;
+			if (g->level) {
+				g->level = 0;
+				list_move_tail(&g->node, &ss_watch[0]);
+			}
+		}
+		if (!(++n % SS_CLOSE_BATCH) && !list_empty(&ctx->inflight)) {
+			spin_unlock(&ss_inflight_lock);
+			cond_resched();
+			spin_lock(&ss_inflight_lock);
+		}
+	}
+	spin_unlock(&ss_inflight_lock);
+	if (marked)
+		ss_reaper_soon();
 }
 
 /**
@@ -453,15 +503,17 @@ struct ss_pass {
 
 /*
  * @g's pages did not move.  A kick is due when someone waits for them: a
- * request of it asked for RELEASED, a submitter somewhere waits for memory
- * (blocked, or for a second after EAGAIN), or its oldest request's user is
- * short of memory or that request's open is closed.  SS_KICK_FIRST ticks
- * into the stall, then at doubling gaps up to a second, within the rate
- * of the oldest request's user; free when another group's kick is made in
- * this pass anyway.  Looks at no request the pass has not looked at.
- * Under ss_inflight_lock.
+ * request of it asked for RELEASED or its open is closed (wants_pages), a
+ * submitter somewhere waits for memory (blocked, or for a second after
+ * EAGAIN), or its oldest request's user is short of memory.
+ * SS_KICK_FIRST ticks into the stall, then at doubling gaps up to a
+ * second, within the rate of the user of @wanted (the first request with
+ * wants_pages the pass looked at) or else of the oldest request; free
+ * when another group's kick is made in this pass anyway.  Looks at no
+ * request the pass has not looked at.  Under ss_inflight_lock.
  */
-static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p)
+static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p,
+			      struct ss_req *wanted)
 {
 	struct ss_req *first = list_first_entry(&g->reqs, struct ss_req, inflight);
 
@@ -470,7 +522,7 @@ static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p)
 		return false;
 	if (!g->released && !p->waiters && !ss_user_wants_pages(first->ctx))
 		return false;
-	if (!p->kick && !ss_user_kick_take(first->ctx, p->now))
+	if (!p->kick && !ss_user_kick_take((wanted ?: first)->ctx, p->now))
 		return false;
 	g->kicked_at = p->now;
 	g->kick_gap = min_t(unsigned long, 2 * g->kick_gap, HZ);
@@ -492,6 +544,7 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 
 	list_for_each_entry_safe(g, gtmp, &ss_watch[l], node) {
 		bool waited = p->waiters || g->released, moved = false;
+		struct ss_req *wanted = NULL;
 		bool kicked = false;
 		unsigned int past = waited || p->wanted ? SS_PAST_BUSY : 0, top;
 
@@ -507,6 +560,8 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 				continue;
 			}
 			moved |= req->nr_freed != freed;
+			if (!wanted && req->wants_pages)
+				wanted = req;
 			if (!past--)
 				break;
 		}
@@ -520,7 +575,7 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 			g->moved_at = p->now;
 			g->kick_gap = SS_KICK_FIRST;
 			g->resume = 0;
-		} else if (ss_group_kick_due(g, p)) {
+		} else if (ss_group_kick_due(g, p, wanted)) {
 			p->kick = true;
 			kicked = p->kicks_on;
 		}
@@ -663,6 +718,7 @@ static void ss_ctx_free(struct work_struct *work)
 {
 	struct ss_ctx *ctx = container_of(work, struct ss_ctx, free_work);
 
+	WARN_ON_ONCE(!list_empty(&ctx->inflight));
 	ss_pool_drain(ctx);
 	ss_user_detach(ctx);
 	if (ctx->evfd)

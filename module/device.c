@@ -46,6 +46,7 @@ static int ss_open(struct inode *inode, struct file *file)
 	mutex_init(&ctx->reserve_lock);
 	INIT_LIST_HEAD(&ctx->queued);
 	INIT_LIST_HEAD(&ctx->cq);
+	INIT_LIST_HEAD(&ctx->inflight);
 	init_waitqueue_head(&ctx->cq_wait);
 	init_waitqueue_head(&ctx->mem_wait);
 	for (order = 0; order <= SS_CHUNK_ORDER; order++)
@@ -78,7 +79,7 @@ static int ss_release(struct inode *inode, struct file *file)
 	LIST_HEAD(records);
 
 	spin_lock(&ctx->lock);
-	ctx->closed = true;
+	WRITE_ONCE(ctx->closed, true);
 	list_splice_init(&ctx->cq, &records);
 	ctx->cq_nr = 0;
 	/* A request being sent stays: its sender stops after this sendmsg. */
@@ -91,6 +92,7 @@ static int ss_release(struct inode *inode, struct file *file)
 		ss_req_finish(req, req->sent ?: -ECANCELED);
 	list_for_each_entry_safe(node, ntmp, &records, node)
 		kfree(node);
+	ss_inflight_closed(ctx);
 	ss_pool_drain(ctx);
 	ss_ctx_put(ctx);
 	return 0;

@@ -561,13 +561,15 @@ void ss_user_starved(struct ss_ctx *ctx)
 	ss_reaper_eagain();
 }
 
-/* Someone waits for pages of @ctx: its user for memory, or the module once it is closed. */
+/*
+ * Someone waits for pages of @ctx: its user, for memory.  (The module's
+ * wait for a closed open's pages is counted per request: ss_inflight_closed().)
+ */
 bool ss_user_wants_pages(const struct ss_ctx *ctx)
 {
 	const struct ss_user *u = ctx->user;
 
-	return atomic_read(&u->mem_waiters) || READ_ONCE(u->starved) ||
-	       READ_ONCE(ctx->closed);
+	return atomic_read(&u->mem_waiters) || READ_ONCE(u->starved);
 }
 
 /**

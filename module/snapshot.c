@@ -210,6 +210,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	req->flags = flags;
 	INIT_LIST_HEAD(&req->ctx_node);
 	INIT_LIST_HEAD(&req->inflight);
+	INIT_LIST_HEAD(&req->ctx_inflight);
 	INIT_WORK(&req->orphan, ss_req_orphan);
 	req->task = get_task_struct(current);
 	req->tgid = get_pid(task_tgid(current));

@@ -84,6 +84,7 @@ struct ss_ctx {
 	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
 	struct ss_user *user;		/* who opened it (memory.c) */
 	struct list_head idle_node;	/* on user->idle while @pool has pages */
+	struct list_head inflight;	/* its requests on a group, until closed */
 	bool unbounded;			/* opener had CAP_SYS_RESOURCE */
 	struct work_struct free_work;	/* the last reference is gone */
 	u64 mem_limit;
@@ -118,6 +119,7 @@ struct ss_req {
 	struct list_head fifo;		/* on sock->fifo, under sock->lock */
 	struct list_head ctx_node;	/* on ctx->queued, under ctx->lock */
 	struct list_head inflight;	/* on group->reqs, once sent */
+	struct list_head ctx_inflight;	/* on ctx->inflight, while on a group */
 	enum ss_req_state state;	/* under sock->lock */
 	bool abort;		/* stop after what was sent (set under sock->lock) */
 	bool sync;		/* STABLESEND_IOC_SEND: sent by its caller, no SENT record */
@@ -253,6 +255,7 @@ struct ss_group *ss_group_get(struct sock *sk);
 void ss_group_sock_gone(struct ss_group *g);
 void ss_inflight_add(struct ss_req *req, struct ss_group *g);
 void ss_inflight_unwant(struct ss_req *req);
+void ss_inflight_closed(struct ss_ctx *ctx);
 int ss_rx_kick_init(void);
 void ss_rx_kick_exit(void);
 void ss_rx_kick(void);
