@@ -624,11 +624,9 @@ static void ss_reaper_fn(struct work_struct *work)
 	spin_lock(&ss_inflight_lock);
 	for (i = 0; i < SS_LEVELS; i++) {
 		l = (first + i) % SS_LEVELS;
-		/* After kicks: level 0 only, where the kicked groups are. */
-		if (recheck && !p.wanted && l != 0)
-			continue;
-		if (!p.wanted && !(recheck && l == 0) &&
-		    time_before(p.now, ss_due[l]))
+		/* After kicks: level 0 only (the kicked groups), due or not. */
+		if (!p.wanted &&
+		    (recheck ? l != 0 : time_before(p.now, ss_due[l])))
 			continue;
 		if (!ss_reap_level(l, &p)) {
 			/* The rest next tick, before the other levels. */
