@@ -81,7 +81,7 @@ static void *receiver(void *arg)
 	return NULL;
 }
 
-/* The receiver of the last phase, on CPU 1: two requests' bytes. */
+/* The receiver of closed_behind(), on CPU 1: two requests' bytes. */
 static void *drain(void *arg)
 {
 	unsigned char *buf = malloc(2 * REQ_LEN);
