@@ -722,7 +722,7 @@ static void ss_ctx_free(struct work_struct *work)
 	if (ctx->evfd)
 		eventfd_ctx_put(ctx->evfd);
 	atomic64_dec(&stablesend_stats[SS_CONTEXTS]);
-	kfree(ctx);
+	ss_ctx_dealloc(ctx);
 	module_put(THIS_MODULE);
 }
 

@@ -38,7 +38,7 @@ static int ss_open(struct inode *inode, struct file *file)
 	struct ss_ctx *ctx;
 	int order, err;
 
-	ctx = kzalloc(sizeof(*ctx), SS_GFP);
+	ctx = ss_ctx_alloc();
 	if (!ctx)
 		return -ENOMEM;
 	kref_init(&ctx->ref);
@@ -53,7 +53,7 @@ static int ss_open(struct inode *inode, struct file *file)
 		INIT_LIST_HEAD(&ctx->pool[order]);
 	err = ss_user_attach(ctx);
 	if (err) {
-		kfree(ctx);
+		ss_ctx_dealloc(ctx);
 		return err;
 	}
 	ctx->mem_limit = ss_limit(ctx, READ_ONCE(stablesend_default_limit));

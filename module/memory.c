@@ -12,18 +12,27 @@
  *   held while it waits for the user's memory, and two opens of one user
  *   cannot wait for each other.  Idle pools of the user's opens are given
  *   back before anyone waits.  CAP_SYS_RESOURCE goes beyond the bound.
- * A shrinker gives idle pool pages back under memory pressure.
+ * An open's pages are charged to the memory cgroup of its opener, as a
+ * socket's buffers are to its creator's (a pool page serves every thread
+ * of the open in turn), and come from the NUMA node of the open.  A
+ * shrinker gives idle pool pages back under memory pressure: a memory
+ * cgroup's reclaim takes the pools of its own opens, global reclaim
+ * everyone's.
  */
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/hashtable.h>
+#include <linux/list_lru.h>
+#include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/moduleparam.h>
 #include <linux/poll.h>
+#include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/seq_file.h>
 #include <linux/shrinker.h>
 #include <linux/slab.h>
+#include <linux/swap.h>
 
 #include "ss.h"
 
@@ -59,6 +68,20 @@ static DEFINE_HASHTABLE(ss_users, 6);
 static DEFINE_SPINLOCK(ss_users_lock);
 
 static struct shrinker *ss_shrinker;
+
+/*
+ * The opens on their users' idle lists, by the memory cgroup and NUMA node
+ * of the open (ss_ctx_alloc()), which are those of its pages, so that a
+ * cgroup's reclaim on a node finds its own.  An open is on it exactly
+ * while it is on its user's idle list: both change under user->lock and
+ * ctx->lock, taken before the list's lock.  The pool may have emptied
+ * since (ss_get_page() leaves the lists alone); the shrinker drops it then.
+ */
+static struct list_lru ss_idle_lru;
+static bool ss_idle_lru_ready;		/* initialised: the shrinker may walk it */
+static struct kmem_cache *ss_ctx_cache;
+/* Opens one count or scan of the shrinker looks at, at most. */
+#define SS_SHRINK_WALK		128
 
 /*
  * Free pages already taken out of the accounting (and of pool_bytes) under
@@ -136,6 +159,24 @@ static u64 ss_pool_take(struct ss_ctx *ctx, u64 want, struct list_head *out)
 	return got;
 }
 
+/* The open has idle pages: on its user's idle list and ss_idle_lru. */
+static void ss_idle_add(struct ss_ctx *ctx)
+{
+	if (list_empty(&ctx->idle_node)) {
+		list_add_tail(&ctx->idle_node, &ctx->user->idle);
+		list_lru_add_obj(&ss_idle_lru, &ctx->lru_node);
+	}
+}
+
+/* ... or not any more.  Both with user->lock and ctx->lock held. */
+static void ss_idle_del(struct ss_ctx *ctx)
+{
+	if (!list_empty(&ctx->idle_node)) {
+		list_del_init(&ctx->idle_node);
+		list_lru_del_obj(&ss_idle_lru, &ctx->lru_node);
+	}
+}
+
 /*
  * Free idle pool pages of @u's opens, @want bytes or a little more, other
  * opens' before @own's.  An open is put on the idle list with pages and
@@ -157,7 +198,7 @@ static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 			spin_lock(&ctx->lock);
 			got += ss_pool_take(ctx, want - got, &pages);
 			if (!ctx->pooled)
-				list_del_init(&ctx->idle_node);
+				ss_idle_del(ctx);
 			spin_unlock(&ctx->lock);
 			if (got >= want)
 				break;
@@ -322,6 +363,7 @@ int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
  */
 struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 {
+	struct mem_cgroup *old;
 	struct page *page;
 	LIST_HEAD(trim);
 	u64 over, got;
@@ -354,15 +396,18 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	 */
 	gfp = order ? (SS_GFP & ~__GFP_RETRY_MAYFAIL) | __GFP_COMP | __GFP_NORETRY :
 		      SS_GFP;
-	page = alloc_pages(gfp, order);
+	old = set_active_memcg(ctx->memcg);
+	page = alloc_pages_node(ctx->nid, gfp, order);
 	if (!page && !order && READ_ONCE(ctx->pooled)) {
 		/*
-		 * The memory cgroup may be full of our own idle pages (the
-		 * shrinker only runs for global pressure): give them back.
+		 * The memory cgroup may be full of our own idle pages, which
+		 * its reclaim may have left (it takes page cache first, and
+		 * the shrinker skips a busy open): give them back.
 		 */
 		ss_pool_drain(ctx);
-		page = alloc_pages(gfp, order);
+		page = alloc_pages_node(ctx->nid, gfp, order);
 	}
+	set_active_memcg(old);
 	if (page)
 		atomic64_add(PAGE_SIZE << order, &stablesend_stats[SS_POOL_BYTES]);
 	else if (!order)
@@ -423,8 +468,7 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 	req->nr_freed = end;
 	if (pooled) {
 		ss_pool_account(ctx, pooled);
-		if (list_empty(&ctx->idle_node))
-			list_add_tail(&ctx->idle_node, &u->idle);
+		ss_idle_add(ctx);
 	}
 	spin_unlock(&ctx->lock);
 	spin_unlock(&u->lock);
@@ -455,11 +499,43 @@ void ss_pool_drain(struct ss_ctx *ctx)
 	spin_lock(&u->lock);
 	spin_lock(&ctx->lock);
 	got = ss_pool_take(ctx, U64_MAX, &idle);
-	list_del_init(&ctx->idle_node);
+	ss_idle_del(ctx);
 	spin_unlock(&ctx->lock);
 	spin_unlock(&u->lock);
 	ss_free_list(&idle);
 	ss_user_uncharge(u, got);
+}
+
+/**
+ * ss_ctx_alloc - memory for a new open, zeroed
+ *
+ * Charged to the opener's memory cgroup, as its pages will be, on the
+ * node they will come from: that cgroup's reclaim on that node takes its
+ * idle pages (ss_idle_lru).
+ */
+struct ss_ctx *ss_ctx_alloc(void)
+{
+	struct mem_cgroup *memcg = get_mem_cgroup_from_mm(current->mm), *old;
+	struct ss_ctx *ctx;
+
+	old = set_active_memcg(memcg);
+	ctx = kmem_cache_alloc_lru(ss_ctx_cache, &ss_idle_lru,
+				   SS_GFP | __GFP_ZERO);
+	set_active_memcg(old);
+	if (!ctx) {
+		mem_cgroup_put(memcg);
+		return NULL;
+	}
+	ctx->memcg = memcg;
+	ctx->nid = page_to_nid(virt_to_page(ctx));
+	INIT_LIST_HEAD(&ctx->lru_node);
+	return ctx;
+}
+
+void ss_ctx_dealloc(struct ss_ctx *ctx)
+{
+	mem_cgroup_put(ctx->memcg);
+	kmem_cache_free(ss_ctx_cache, ctx);
 }
 
 /**
@@ -597,57 +673,99 @@ bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now)
 	return true;
 }
 
+static enum lru_status ss_lru_count(struct list_head *item,
+				    struct list_lru_one *list,
+				    STABLESEND_LRU_WALK_LOCK void *arg)
+{
+	*(u64 *)arg += READ_ONCE(container_of(item, struct ss_ctx, lru_node)->pooled);
+	return LRU_SKIP;
+}
+
+/* Idle pool pages of the opens of the cgroup and node reclaim asks for. */
 static unsigned long ss_shrink_count(struct shrinker *s,
 				     struct shrink_control *sc)
 {
-	s64 idle = atomic64_read(&stablesend_stats[SS_POOL_IDLE_BYTES]);
+	unsigned long nr = SS_SHRINK_WALK;
+	u64 idle = 0;
 
-	return idle > 0 ? idle >> PAGE_SHIFT : SHRINK_EMPTY;
+	/* Pairs with ss_memory_init()'s release: the list is set up. */
+	if (!smp_load_acquire(&ss_idle_lru_ready))
+		return 0;
+	list_lru_walk_one(&ss_idle_lru, sc->nid, sc->memcg, ss_lru_count,
+			  &idle, &nr);
+	/*
+	 * Only an empty list may have the cgroup's shrinker bit cleared, and
+	 * opens listed with empty pools need a scan to drop them.
+	 */
+	if (nr == SS_SHRINK_WALK)
+		return SHRINK_EMPTY;
+	return max_t(unsigned long, idle >> PAGE_SHIFT, 1);
+}
+
+struct ss_shrink {
+	u64 want;		/* bytes to free */
+	u64 freed;
+	struct list_head pages;	/* to free once the walk is over */
+};
+
+/*
+ * Take idle pages of one open.  The list's lock is held, which the usual
+ * order takes after user->lock and ctx->lock: try them, skip if busy.
+ */
+static enum lru_status ss_lru_take(struct list_head *item,
+				   struct list_lru_one *list,
+				   STABLESEND_LRU_WALK_LOCK void *arg)
+{
+	struct ss_ctx *ctx = container_of(item, struct ss_ctx, lru_node);
+	struct ss_user *u = ctx->user;
+	struct ss_shrink *sh = arg;
+	bool empty;
+	u64 got;
+
+	/* Enough freed: only empty pools are still dropped from the list. */
+	if (sh->freed >= sh->want && READ_ONCE(ctx->pooled))
+		return LRU_SKIP;
+	if (!spin_trylock(&u->lock))
+		return LRU_SKIP;
+	if (!spin_trylock(&ctx->lock)) {
+		spin_unlock(&u->lock);
+		return LRU_SKIP;
+	}
+	got = ss_pool_take(ctx, sh->want - sh->freed, &sh->pages);
+	empty = !ctx->pooled;
+	if (empty) {
+		list_del_init(&ctx->idle_node);
+		list_lru_isolate(list, item);
+	}
+	spin_unlock(&ctx->lock);
+	/* Under user->lock, before which a closed open cannot let @u go. */
+	ss_user_uncharge(u, got);
+	spin_unlock(&u->lock);
+	sh->freed += got;
+	return empty ? LRU_REMOVED : LRU_ROTATE;
 }
 
 /*
- * Free idle pool pages until nr_to_scan pages are gone, starting each time
- * one hash bucket further, so no user's pools are always taken first.
+ * Free idle pool pages of the cgroup's opens on the node, in the list's
+ * order: an open that gave some and has more goes to the back.
  */
 static unsigned long ss_shrink_scan(struct shrinker *s,
 				    struct shrink_control *sc)
 {
-	u64 want = (u64)sc->nr_to_scan << PAGE_SHIFT, freed = 0;
-	static unsigned int start;
-	struct ss_ctx *ctx, *tmp;
-	unsigned int i, bkt;
-	struct ss_user *u;
-	LIST_HEAD(pages);
+	struct ss_shrink sh = { .want = (u64)sc->nr_to_scan << PAGE_SHIFT };
+	unsigned long nr = SS_SHRINK_WALK, pages;
 
-	spin_lock(&ss_users_lock);
-	for (i = 0; i < HASH_SIZE(ss_users) && freed < want; i++) {
-		bkt = (start + i) % HASH_SIZE(ss_users);
-		hlist_for_each_entry(u, &ss_users[bkt], node) {
-			u64 got = 0;
-
-			spin_lock(&u->lock);
-			list_for_each_entry_safe(ctx, tmp, &u->idle, idle_node) {
-				spin_lock(&ctx->lock);
-				got += ss_pool_take(ctx, want - freed - got, &pages);
-				if (!ctx->pooled)
-					list_del_init(&ctx->idle_node);
-				spin_unlock(&ctx->lock);
-				if (freed + got >= want)
-					break;
-			}
-			spin_unlock(&u->lock);
-			/* Under ss_users_lock: @u cannot go away. */
-			ss_user_uncharge(u, got);
-			freed += got;
-			if (freed >= want)
-				break;
-		}
-	}
-	start++;
-	spin_unlock(&ss_users_lock);
-	ss_free_list(&pages);
-	sc->nr_scanned = freed >> PAGE_SHIFT;
-	return freed ? freed >> PAGE_SHIFT : SHRINK_STOP;
+	/* Pairs with ss_memory_init()'s release: the list is set up. */
+	if (!smp_load_acquire(&ss_idle_lru_ready))
+		return SHRINK_STOP;
+	INIT_LIST_HEAD(&sh.pages);
+	list_lru_walk_one(&ss_idle_lru, sc->nid, sc->memcg, ss_lru_take,
+			  &sh, &nr);
+	ss_free_list(&sh.pages);
+	pages = sh.freed >> PAGE_SHIFT;
+	sc->nr_scanned = pages;
+	mm_account_reclaimed_pages(pages);
+	return pages ?: SHRINK_STOP;
 }
 
 /* A sixteenth of RAM: what user_limit is at load, and after writing 0. */
@@ -692,19 +810,41 @@ MODULE_PARM_DESC(user_limit,
 
 int ss_memory_init(void)
 {
+	int err = -ENOMEM;
+
 	if (!stablesend_user_limit)
 		stablesend_user_limit = ss_user_limit_default();
-	ss_shrinker = shrinker_alloc(0, "stablesend-pool");
-	if (!ss_shrinker)
+	ss_ctx_cache = kmem_cache_create("stablesend_ctx", sizeof(struct ss_ctx),
+					 0, SLAB_ACCOUNT, NULL);
+	if (!ss_ctx_cache)
 		return -ENOMEM;
+	ss_shrinker = shrinker_alloc(SHRINKER_MEMCG_AWARE | SHRINKER_NUMA_AWARE,
+				     "stablesend-pool");
+	if (!ss_shrinker)
+		goto fail_cache;
 	ss_shrinker->count_objects = ss_shrink_count;
 	ss_shrinker->scan_objects = ss_shrink_scan;
 	ss_shrinker->seeks = DEFAULT_SEEKS;
+	/* Registered first: before 6.7 that gave the shrinker its memcg id. */
 	shrinker_register(ss_shrinker);
+	err = list_lru_init_memcg(&ss_idle_lru, ss_shrinker);
+	if (err)
+		goto fail_shrinker;
+	/* The shrinker, already live, may walk the list from now on. */
+	smp_store_release(&ss_idle_lru_ready, true);
 	return 0;
+
+fail_shrinker:
+	shrinker_free(ss_shrinker);
+fail_cache:
+	kmem_cache_destroy(ss_ctx_cache);
+	return err;
 }
 
+/* Every open is gone (each kept the module). */
 void ss_memory_exit(void)
 {
 	shrinker_free(ss_shrinker);
+	list_lru_destroy(&ss_idle_lru);
+	kmem_cache_destroy(ss_ctx_cache);
 }

@@ -3,7 +3,7 @@
  * Snapshot: the one copy.  Header, file range and trailer are copied into
  * pages the module owns (memory.c), packed back to back, at submission
  * time.  Pages are high-order compound pages (order-0 when memory is
- * fragmented), charged to the submitter's memory cgroup, and kept in a
+ * fragmented), charged to the opener's memory cgroup, and kept in a
  * per-open pool for reuse once the network stack has dropped its references.
  *
  * A request is charged whole to the open's user first (memory.c), then

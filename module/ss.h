@@ -84,6 +84,9 @@ struct ss_ctx {
 	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
 	struct ss_user *user;		/* who opened it (memory.c) */
 	struct list_head idle_node;	/* on user->idle while @pool has pages */
+	struct list_head lru_node;	/* on ss_idle_lru with @idle_node */
+	struct mem_cgroup *memcg;	/* the opener's: charged for its pages */
+	int nid;			/* the node its pages come from */
 	struct list_head inflight;	/* its requests on a group, until closed */
 	bool unbounded;			/* opener had CAP_SYS_RESOURCE */
 	struct work_struct free_work;	/* the last reference is gone */
@@ -209,6 +212,8 @@ unsigned int ss_req_idle_pages(const struct ss_req *req, bool finished);
 /* memory.c */
 int ss_memory_init(void);
 void ss_memory_exit(void);
+struct ss_ctx *ss_ctx_alloc(void);
+void ss_ctx_dealloc(struct ss_ctx *ctx);
 int ss_user_attach(struct ss_ctx *ctx);
 void ss_user_detach(struct ss_ctx *ctx);
 int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,

@@ -32,8 +32,8 @@ static int ss_check_req(const struct stablesend_req *ur)
 
 /*
  * A request failed.  With -ENOMEM the user's memory cgroup may be full of
- * the open's own idle pages, which its reclaim cannot take (the shrinker
- * is not memcg-aware): give them back, so the next request that fits can
+ * the open's own idle pages, which its reclaim may have left (the shrinker
+ * skips a busy open): give them back, so the next request that fits can
  * be allocated.  (Other opens of the user keep theirs.)
  */
 static struct ss_req *ss_prepare_failed(struct ss_ctx *ctx, int err)

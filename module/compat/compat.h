@@ -77,8 +77,12 @@ stablesend_shrinker_alloc(unsigned int flags, const char *name)
 static inline void stablesend_shrinker_register(struct shrinker *s)
 {
 	/* Without it idle pools are freed at close only. */
-	if (register_shrinker(s, "stablesend-pool"))
+	if (register_shrinker(s, "stablesend-pool")) {
 		pr_warn("no shrinker: idle pool pages are kept until close\n");
+#ifdef CONFIG_MEMCG
+		s->id = -1;	/* a list_lru of it marks no memcg for it */
+#endif
+	}
 }
 
 static inline void stablesend_shrinker_free(struct shrinker *s)
@@ -91,6 +95,30 @@ static inline void stablesend_shrinker_free(struct shrinker *s)
 #define shrinker_alloc(flags, name)	stablesend_shrinker_alloc(flags, name)
 #define shrinker_register(s)		stablesend_shrinker_register(s)
 #define shrinker_free(s)		stablesend_shrinker_free(s)
+#endif
+
+#include <linux/list_lru.h>
+#ifndef HAVE_LIST_LRU_ADD_OBJ
+/* Before 6.8 list_lru_add() found the node and memory cgroup itself. */
+#define list_lru_add_obj(lru, item)	list_lru_add(lru, item)
+#define list_lru_del_obj(lru, item)	list_lru_del(lru, item)
+#endif
+
+/* Before 6.13 a list_lru walk callback was also given the list's lock. */
+#ifdef HAVE_LIST_LRU_WALK_CB_LOCK
+#define STABLESEND_LRU_WALK_LOCK	spinlock_t *lock,
+#else
+#define STABLESEND_LRU_WALK_LOCK
+#endif
+
+#ifndef HAVE_MM_ACCOUNT_RECLAIMED_PAGES
+#include <linux/swap.h>
+/* Pages freed by a shrinker count as reclaimed. */
+static inline void mm_account_reclaimed_pages(unsigned long pages)
+{
+	if (current->reclaim_state)
+		current->reclaim_state->reclaimed_slab += pages;
+}
 #endif
 
 struct socket;

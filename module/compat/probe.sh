@@ -58,3 +58,11 @@ probe HAVE_IO_TW_REQ 'struct io_tw_req \{' linux/io_uring_types.h
 # 6.7 (93b8cc60c37b, "io_uring: cancelable uring_cmd"): commands io_uring
 # cancels through ->uring_cmd when the ring or the task goes away.
 probe HAVE_IO_URING_CMD_CANCELABLE 'void io_uring_cmd_mark_cancelable\(' linux/io_uring/cmd.h
+# 6.8: list_lru_add() takes the NUMA node and memory cgroup;
+# list_lru_add_obj() derives them from the object, as list_lru_add() did.
+probe HAVE_LIST_LRU_ADD_OBJ 'bool list_lru_add_obj\(' linux/list_lru.h
+# 6.13 took the list's lock out of a walk callback's arguments.
+probe HAVE_LIST_LRU_WALK_CB_LOCK 'struct list_lru_one \*list, spinlock_t \*lock, void \*cb_arg\);' linux/list_lru.h
+# 6.5: pages a shrinker frees are reported with mm_account_reclaimed_pages();
+# before, in current->reclaim_state->reclaimed_slab.
+probe HAVE_MM_ACCOUNT_RECLAIMED_PAGES 'void mm_account_reclaimed_pages\(' linux/swap.h

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Memory pressure: snapshot pages are charged to the submitter's memory
- * cgroup, and a cgroup at memory.max makes submissions fail with ENOMEM
+ * Memory pressure: snapshot pages are charged to the memory cgroup of the
+ * process that opened the device (and submits, here), and a cgroup at memory.max makes submissions fail with ENOMEM
  * (the module allocates with __GFP_RETRY_MAYFAIL / __GFP_NORETRY) instead
  * of waking the OOM killer.
  *
