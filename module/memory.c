@@ -73,9 +73,10 @@ static struct shrinker *ss_shrinker;
  * The opens on their users' idle lists, by the memory cgroup and NUMA node
  * of the open (ss_ctx_alloc()), which are those of its pages, so that a
  * cgroup's reclaim on a node finds its own.  An open is on it exactly
- * while it is on its user's idle list: both change under user->lock and
- * ctx->lock, taken before the list's lock.  The pool may have emptied
- * since (ss_get_page() leaves the lists alone); the shrinker drops it then.
+ * while it is on its user's idle list, which is while its pool has pages
+ * (but for the moment between emptying it and taking it off: see
+ * ss_idle_emptied()).  Both lists change under user->lock and ctx->lock,
+ * taken before the list's lock.
  */
 static struct list_lru ss_idle_lru;
 static bool ss_idle_lru_ready;		/* initialised: the shrinker may walk it */
@@ -175,6 +176,19 @@ static void ss_idle_del(struct ss_ctx *ctx)
 		list_del_init(&ctx->idle_node);
 		list_lru_del_obj(&ss_idle_lru, &ctx->lru_node);
 	}
+}
+
+/* ss_get_page() emptied the pool under ctx->lock alone: off the lists. */
+static void ss_idle_emptied(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	spin_lock(&u->lock);
+	spin_lock(&ctx->lock);
+	if (!ctx->pooled)	/* unless it has pages again */
+		ss_idle_del(ctx);
+	spin_unlock(&ctx->lock);
+	spin_unlock(&u->lock);
 }
 
 /*
@@ -365,6 +379,7 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 {
 	struct mem_cgroup *old;
 	struct page *page;
+	bool emptied;
 	LIST_HEAD(trim);
 	u64 over, got;
 	gfp_t gfp;
@@ -374,21 +389,27 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	if (page) {
 		list_del(&page->lru);
 		ss_pool_account(ctx, -(s64)(PAGE_SIZE << order));
+		emptied = !ctx->pooled;
 		spin_unlock(&ctx->lock);
 		/*
 		 * The request's charge covers it from now on.  Nobody to wake:
 		 * the room others see (held less pooled) is the same.
 		 */
 		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
+		if (emptied)
+			ss_idle_emptied(ctx);
 		return page;
 	}
 	/* Gone before the lock is dropped: no thread of the open counts on them. */
 	over = ctx->mem_used + ctx->pooled;
 	over = over > ctx->mem_limit ? over - ctx->mem_limit : 0;
 	got = over ? ss_pool_take(ctx, over, &trim) : 0;
+	emptied = got && !ctx->pooled;
 	spin_unlock(&ctx->lock);
 	ss_free_list(&trim);
 	ss_user_uncharge(ctx->user, got);
+	if (emptied)
+		ss_idle_emptied(ctx);
 
 	/*
 	 * Fail instead of invoking the OOM killer when the cgroup is full: the
@@ -456,7 +477,8 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 		struct page *page = req->bvec[i].bv_page;
 		unsigned int order = compound_order(page);
 
-		if (pool) {
+		/* The pool holds pages of its node only (ss_idle_lru). */
+		if (pool && page_to_nid(page) == ctx->nid) {
 			list_add(&page->lru, &ctx->pool[order]);
 			pooled += PAGE_SIZE << order;
 		} else {
@@ -693,13 +715,10 @@ static unsigned long ss_shrink_count(struct shrinker *s,
 		return 0;
 	list_lru_walk_one(&ss_idle_lru, sc->nid, sc->memcg, ss_lru_count,
 			  &idle, &nr);
-	/*
-	 * Only an empty list may have the cgroup's shrinker bit cleared, and
-	 * opens listed with empty pools need a scan to drop them.
-	 */
+	/* Only an empty list may have the cgroup's shrinker bit cleared. */
 	if (nr == SS_SHRINK_WALK)
 		return SHRINK_EMPTY;
-	return max_t(unsigned long, idle >> PAGE_SHIFT, 1);
+	return idle >> PAGE_SHIFT;
 }
 
 struct ss_shrink {
@@ -722,8 +741,8 @@ static enum lru_status ss_lru_take(struct list_head *item,
 	bool empty;
 	u64 got;
 
-	/* Enough freed: only empty pools are still dropped from the list. */
-	if (sh->freed >= sh->want && READ_ONCE(ctx->pooled))
+	/* Enough freed (whole compound pages: maybe more than asked). */
+	if (sh->freed >= sh->want)
 		return LRU_SKIP;
 	if (!spin_trylock(&u->lock))
 		return LRU_SKIP;
@@ -732,7 +751,7 @@ static enum lru_status ss_lru_take(struct list_head *item,
 		return LRU_SKIP;
 	}
 	got = ss_pool_take(ctx, sh->want - sh->freed, &sh->pages);
-	empty = !ctx->pooled;
+	empty = !ctx->pooled;	/* maybe between emptied and unlisted */
 	if (empty) {
 		list_del_init(&ctx->idle_node);
 		list_lru_isolate(list, item);
