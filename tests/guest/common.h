@@ -230,21 +230,29 @@ static inline int read_text(const char *path, char *buf, size_t n)
 
 /* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
 /* The number after "KEY:" in an fdinfo file, or -1 when it has none. */
+/* The number after "KEY<sep>" at the start of a line of @text, or -1. */
+static inline long long text_key_num(const char *text, const char *key, char sep)
+{
+	size_t klen = strlen(key);
+	const char *p;
+
+	for (p = text; p; p = strchr(p, '\n')) {
+		if (*p == '\n')
+			p++;
+		if (!strncmp(p, key, klen) && p[klen] == sep)
+			return strtoll(p + klen + 1, NULL, 10);
+	}
+	return -1;
+}
+
 static inline long long fdinfo_num(pid_t pid, int fd, const char *key)
 {
-	char path[64], text[4096], *p;
-	size_t klen = strlen(key);
+	char path[64], text[4096];
 
 	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
 	if (read_text(path, text, sizeof(text)) < 0)
 		return -1;
-	for (p = text; p; p = strchr(p, '\n')) {
-		if (*p == '\n')
-			p++;
-		if (!strncmp(p, key, klen) && p[klen] == ':')
-			return strtoll(p + klen + 1, NULL, 10);
-	}
-	return -1;
+	return text_key_num(text, key, ':');
 }
 
 static inline int read_str(const char *path, char *buf, size_t n)

@@ -58,28 +58,12 @@ static char cg[128];
 
 static long long cg_read(const char *file, const char *key)
 {
-	char path[256], buf[1024], *p;
-	ssize_t n;
-	int fd;
+	char path[256], buf[1024];
 
 	snprintf(path, sizeof(path), "%s/%s", cg, file);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
+	if (read_text(path, buf, sizeof(buf)) < 0 || !buf[0])
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	if (!key)
-		return strtoll(buf, NULL, 10);
-	for (p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p) {
-		size_t k = strlen(key);
-
-		if (!strncmp(p, key, k) && p[k] == ' ')
-			return strtoll(p + k + 1, NULL, 10);
-	}
-	return -1;
+	return key ? text_key_num(buf, key, ' ') : strtoll(buf, NULL, 10);
 }
 
 static int cg_write(const char *file, long long v)

@@ -65,21 +65,12 @@ struct kid {
 
 static long long cg_read(struct kid *k, const char *file, const char *key)
 {
-	char path[256], buf[1024], *p;
-	size_t klen = key ? strlen(key) : 0;
+	char path[256], buf[1024];
 
 	snprintf(path, sizeof(path), "%s/%s", k->cg, file);
 	if (read_text(path, buf, sizeof(buf)) < 0)
 		return -1;
-	if (!key)
-		return strtoll(buf, NULL, 10);
-	for (p = buf; p; p = strchr(p, '\n')) {
-		if (*p == '\n')
-			p++;
-		if (!strncmp(p, key, klen) && p[klen] == ' ')
-			return strtoll(p + klen + 1, NULL, 10);
-	}
-	return -1;
+	return key ? text_key_num(buf, key, ' ') : strtoll(buf, NULL, 10);
 }
 
 static int cg_write(struct kid *k, const char *file, long long v)
