@@ -214,6 +214,21 @@ static void ss_reaper_soon(void)
 	mod_delayed_work(stablesend_wq, &ss_reaper, 1);
 }
 
+/* The socket's group that no FIFO owns, now owned.  Under ss_inflight_lock. */
+static struct ss_group *ss_group_take(struct sock *sk)
+{
+	struct ss_group *g;
+
+	lockdep_assert_held(&ss_inflight_lock);
+	hash_for_each_possible(ss_groups, g, hash, (unsigned long)sk) {
+		if (g->sk == sk && g->sock_gone) {
+			g->sock_gone = false;
+			return g;
+		}
+	}
+	return NULL;
+}
+
 /**
  * ss_group_get - the release group of a new FIFO of socket @sk
  * @sk:		the socket
@@ -224,15 +239,19 @@ static void ss_reaper_soon(void)
  */
 struct ss_group *ss_group_get(struct sock *sk)
 {
-	struct ss_group *g, *fresh = kzalloc(sizeof(*fresh), SS_GFP);
+	struct ss_group *g, *fresh;
 
+	/* Mostly the last FIFO's group is still there, with its pages. */
 	spin_lock(&ss_inflight_lock);
-	hash_for_each_possible(ss_groups, g, hash, (unsigned long)sk) {
-		if (g->sk == sk && g->sock_gone) {
-			g->sock_gone = false;
-			goto out;
-		}
-	}
+	g = ss_group_take(sk);
+	spin_unlock(&ss_inflight_lock);
+	if (g)
+		return g;
+	fresh = kzalloc(sizeof(*fresh), SS_GFP);
+	spin_lock(&ss_inflight_lock);
+	g = ss_group_take(sk);
+	if (g)
+		goto out;
 	g = fresh;
 	fresh = NULL;
 	if (g) {
@@ -707,7 +726,7 @@ void ss_req_put(struct ss_req *req)
 	put_cred(req->cred);
 	put_task_struct(req->task);
 	put_pid(req->tgid);
-	kvfree(req->bvec);
+	ss_req_free_bvec(req);
 	kfree(req);
 	ss_ctx_put(ctx);
 }

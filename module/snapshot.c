@@ -60,6 +60,12 @@ static int ss_reserve_more(struct ss_req *req, u64 size)
 	return err;
 }
 
+void ss_req_free_bvec(struct ss_req *req)
+{
+	if (req->bvec != req->bvec_inline)
+		kvfree(req->bvec);
+}
+
 /*
  * Room for @want bvec entries: a chunk whose high-order allocation failed
  * takes one entry per page.  The array at least doubles (up to one entry
@@ -78,7 +84,7 @@ static int ss_bvec_grow(struct ss_req *req, u64 want)
 	if (!bv)
 		return -ENOMEM;
 	memcpy(bv, req->bvec, req->nr_pages * sizeof(*bv));
-	kvfree(req->bvec);
+	ss_req_free_bvec(req);
 	req->bvec = bv;
 	req->bvec_cap = n;
 	return 0;
@@ -196,10 +202,16 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 		return ERR_PTR(-ENOMEM);
 	/* One entry per chunk; ss_bvec_grow() when a chunk falls back to pages. */
 	req->bvec_cap = DIV_ROUND_UP(need, SS_CHUNK_SIZE);
-	req->bvec = kvmalloc_array(req->bvec_cap, sizeof(*req->bvec), SS_GFP);
-	if (!req->bvec) {
-		kfree(req);
-		return ERR_PTR(-ENOMEM);
+	if (req->bvec_cap <= SS_BVEC_INLINE) {
+		req->bvec_cap = SS_BVEC_INLINE;
+		req->bvec = req->bvec_inline;
+	} else {
+		req->bvec = kvmalloc_array(req->bvec_cap, sizeof(*req->bvec),
+					   SS_GFP);
+		if (!req->bvec) {
+			kfree(req);
+			return ERR_PTR(-ENOMEM);
+		}
 	}
 	refcount_set(&req->ref, 1);
 	req->ctx = ctx;

@@ -28,6 +28,8 @@
 /* Pool chunks are compound pages of up to this order (64 KiB with 4K pages). */
 #define SS_CHUNK_ORDER		4
 #define SS_CHUNK_SIZE		(PAGE_SIZE << SS_CHUNK_ORDER)
+/* Chunks of a request whose bvec array needs no allocation of its own. */
+#define SS_BVEC_INLINE		4
 
 /*
  * Everything a caller makes us allocate is charged to its memory cgroup and
@@ -151,7 +153,8 @@ struct ss_req {
 	unsigned int nr_freed;	/* of which given back, oldest first */
 	unsigned int nr_send;	/* bvec entries carrying data */
 	unsigned int bvec_cap;	/* entries @bvec has room for */
-	struct bio_vec *bvec;
+	struct bio_vec *bvec;	/* @bvec_inline, or allocated */
+	struct bio_vec bvec_inline[SS_BVEC_INLINE];
 };
 
 /*
@@ -201,6 +204,7 @@ static inline void ss_uring_complete(struct ss_req *req, s64 res)
 
 /* snapshot.c */
 struct ss_sender;
+void ss_req_free_bvec(struct ss_req *req);
 struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 			    struct ss_sender *sender, u32 flags, bool nonblock,
 			    struct io_uring_cmd *ucmd);

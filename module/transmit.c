@@ -67,6 +67,7 @@ struct ss_sock {
 	struct list_head fifo;
 	struct ss_req *sending;	/* a task is in sendmsg for it */
 	bool parked;		/* head out of space: space notifies its task */
+	bool retry_used;	/* @retry was armed, under @lock */
 	struct list_head waiters;	/* struct ss_waiter: SEND callers */
 	wait_queue_head_t turn;		/* where they sleep */
 	struct wait_queue_entry wait;	/* on the socket's wait queue */
@@ -279,8 +280,13 @@ void ss_sock_put(struct ss_sock *ss)
 	spin_unlock(&ss_socks_lock);
 	/* After this no wakeup can be running or start... */
 	remove_wait_queue(&ss->sock->wq.wait, &ss->wait);
-	/* ...and nothing can arm the timer again. */
-	timer_delete_sync(&ss->retry);
+	/*
+	 * ...and nothing can arm the timer again.  Only ss_park() arms it,
+	 * holding a reference, after setting @retry_used: the last put's
+	 * acquire ordering (refcount_dec_and_test()) makes that seen here.
+	 */
+	if (ss->retry_used)
+		timer_delete_sync(&ss->retry);
 	ss_sock_unlinger(ss);
 	fput(ss->file);
 	ss_group_sock_gone(ss->group);
@@ -529,6 +535,7 @@ static bool ss_park(struct ss_sock *ss, bool intr, bool *retried)
 		return false;
 	}
 	if (intr || *retried) {
+		ss->retry_used = true;
 		mod_timer(&ss->retry, jiffies + 1 +
 			  (intr ? 0 : get_random_u32_below(HZ / 5)));
 		spin_unlock_bh(&ss->lock);
