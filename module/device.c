@@ -20,6 +20,7 @@
 			 STABLESEND_FEAT_RELEASE | STABLESEND_FEAT_TCP |	\
 			 STABLESEND_FEAT_UNIX | STABLESEND_FEAT_KTLS |		\
 			 STABLESEND_FEAT_SPLICE_PAGES |				\
+			 STABLESEND_FEAT_SEND_SOCKFLAGS |			\
 			 (IS_ENABLED(CONFIG_IO_URING) ? STABLESEND_FEAT_URING : 0))
 
 /* An open's limit: no more than a synchronous result or its user may hold. */

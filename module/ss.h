@@ -128,6 +128,7 @@ struct ss_req {
 	enum ss_req_state state;	/* under sock->lock */
 	bool abort;		/* stop after what was sent (set under sock->lock) */
 	bool sync;		/* STABLESEND_IOC_SEND: sent by its caller, no SENT record */
+	bool sock_nonblock;	/* SEND: the socket's O_NONBLOCK at submission */
 	bool copied;		/* the protocol copies (kTLS, no SG) */
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
 	struct ss_sender *sender;	/* a SEND's, until its snapshot is taken */

@@ -31,6 +31,33 @@ static int ss_check_req(const struct stablesend_req *ur)
 }
 
 /*
+ * A non-blocking SEND sends what the socket takes at once, about its
+ * send buffer at most (TCP may take up to a buffer more, as it looks at
+ * the room before each): snapshot no more file bytes than that (but the
+ * header, and at least one byte).  A request cut short loses its
+ * trailer (the caller's next call sends it, after the rest of the file),
+ * as the bytes reported are a prefix of header, file bytes and trailer.
+ * Returns the request to use: @ur, or @capped with *@flen cut.
+ */
+static const struct stablesend_req *
+ss_nonblock_cap(const struct stablesend_req *ur, struct stablesend_req *capped,
+		struct sock *sk, u64 *flen)
+{
+	u64 room = max(READ_ONCE(sk->sk_sndbuf), 0);
+	u64 keep;
+
+	if ((u64)ur->head_len + *flen + ur->tail_len <= room)
+		return ur;
+	keep = min(*flen, room > ur->head_len ? room - ur->head_len : 0);
+	if (!ur->head_len && !keep)
+		return ur;	/* a trailer alone */
+	*flen = keep;
+	*capped = *ur;
+	capped->tail_len = 0;
+	return capped;
+}
+
+/*
  * A request failed.  With -ENOMEM the user's memory cgroup may be full of
  * the open's own idle pages, which its reclaim may have left (the shrinker
  * skips a busy open): give them back, so the next request that fits can
@@ -56,6 +83,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 				 struct io_uring_cmd *ucmd)
 {
 	bool sync = sender;
+	struct stablesend_req capped;
+	unsigned int sflags;
 	struct ss_req *req;
 	struct socket *sock;
 	bool copies = false;
@@ -78,6 +107,12 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	sock = sockfd_lookup(ur->sock_fd, &err);
 	if (!sock)
 		goto put_file;
+	/* Read once: a SEND is non-blocking or not throughout. */
+	sflags = READ_ONCE(sock->file->f_flags);
+	/* sendfile(2) refuses an O_APPEND output; so does SEND. */
+	err = -EINVAL;
+	if (sync && (sflags & O_APPEND))
+		goto put_sock;
 	err = ss_sock_check(sock, &copies);
 	if (err)
 		goto put_sock;
@@ -86,7 +121,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	 * AF_UNIX's poll() is stricter than its send, which decides then, as
 	 * sendfile's does; without waiting for memory, as the socket is full.
 	 */
-	if (sync && (sock->file->f_flags & O_NONBLOCK) &&
+	if (sync && (sflags & O_NONBLOCK) &&
 	    !(vfs_poll(sock->file, NULL) & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		err = -EAGAIN;
 		if (sock->sk->sk_family != AF_UNIX ||
@@ -101,6 +136,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 			goto put_sock;
 		flen = min(ur->len, isize - ur->offset);
 	}
+	if (sync && (sflags & O_NONBLOCK))
+		ur = ss_nonblock_cap(ur, &capped, sock->sk, &flen);
 
 	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sender,
 			   ur->flags, nonblock, ucmd);
@@ -110,6 +147,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	}
 	req->user_data = ur->user_data;
 	req->copied = copies;
+	req->sock_nonblock = sync && (sflags & O_NONBLOCK);
 	err = ss_snapshot(req, ur, file, flen);
 	fput(file);
 	if (err) {

@@ -815,7 +815,7 @@ static bool ss_sync_turn(struct ss_sock *ss, struct ss_req *req)
 long ss_sync_send(struct ss_req *req)
 {
 	struct ss_sock *ss = req->sock;
-	bool nonblock = ss->file->f_flags & O_NONBLOCK;
+	bool nonblock = req->sock_nonblock;
 	long timeo = sock_sndtimeo(ss->sock->sk, nonblock);
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct ss_waiter me = { .task = current };

@@ -370,6 +370,49 @@ static int not_regular(int in_fd)
 }
 
 /*
+ * For a module without STABLESEND_FEAT_SEND_SOCKFLAGS, what it does not
+ * look at: O_APPEND, and a non-blocking socket's send buffer.  Returns 1
+ * to go on (with *@len cut to the send buffer), or 0 with *@ret what the
+ * call returns.
+ */
+static int check_out_flags(int out_fd, int in_fd, off_t *offset, size_t count,
+			   int preload, size_t *len, ssize_t *ret)
+{
+	int fl = fcntl(out_fd, F_GETFL);
+
+	*ret = -1;
+	if (fl < 0 && preload) {
+		*ret = SS_DECLINED;
+		return 0;
+	}
+	if (fl < 0) {
+		*ret = fail_like_sendfile(out_fd, in_fd, offset, count, errno);
+		return 0;
+	}
+	/* sendfile(2) refuses O_APPEND outputs but for pipes */
+	if ((fl & O_APPEND) && preload) {
+		*ret = SS_DECLINED;
+		return 0;
+	}
+	if ((fl & O_APPEND) && sendfile_valid(out_fd, in_fd, offset, count) < 0)
+		return 0;
+	/*
+	 * SEND on a non-blocking socket sends what the socket takes now (or
+	 * fails with EAGAIN) and drops the rest of its snapshot: copy no more
+	 * than a send buffer, about the most it can take at once.
+	 */
+	if (fl & O_NONBLOCK) {
+		socklen_t sl = sizeof(int);
+		int sndbuf;
+
+		if (!getsockopt(out_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) &&
+		    sndbuf > 0 && (size_t)sndbuf < *len)
+			*len = sndbuf;
+	}
+	return 1;
+}
+
+/*
  * One synchronous STABLESEND_IOC_SEND of at most dev_max_len bytes.  With
  * @preload, a call that is not a regular file (nor an O_DIRECT one, which
  * sendfile(2) copies already) to a socket the module takes returns
@@ -384,6 +427,7 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 		.sock_fd = out_fd,
 	};
 	size_t len = count;
+	ssize_t r;
 	off_t pos;
 	int fl, ret;
 
@@ -405,30 +449,10 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	if (len > dev_max_len)
 		len = dev_max_len;
 
-	fl = fcntl(out_fd, F_GETFL);
-	if (fl < 0 && preload)
-		return SS_DECLINED;
-	if (fl < 0)
-		return fail_like_sendfile(out_fd, in_fd, offset, count, errno);
-	/* sendfile(2) refuses O_APPEND outputs but for pipes */
-	if ((fl & O_APPEND) && preload)
-		return SS_DECLINED;
-	if ((fl & O_APPEND) && sendfile_valid(out_fd, in_fd, offset, count) < 0)
-		return -1;
-	/*
-	 * SEND on a non-blocking socket sends what the socket takes now (or
-	 * fails with EAGAIN) and drops the rest of its snapshot: copy no more
-	 * than a send buffer, the most it can take at once.
-	 */
-	if (fl & O_NONBLOCK) {
-		socklen_t sl = sizeof(int);
-		int sndbuf;
-
-		if (!getsockopt(out_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) &&
-		    sndbuf > 0 && (size_t)sndbuf < len)
-			len = sndbuf;
-	}
-
+	/* A module with SEND_SOCKFLAGS looks at the socket's flags itself. */
+	if (!(dev_features & STABLESEND_FEAT_SEND_SOCKFLAGS) &&
+	    !check_out_flags(out_fd, in_fd, offset, count, preload, &len, &r))
+		return r;
 	req.offset = pos;
 	for (;;) {
 		req.len = len;

@@ -49,6 +49,8 @@ int main(void)
 		      "splice_pages"), "feature name");
 	CHECK(!strcmp(stablesend_feature_name(STABLESEND_FEAT_URING), "uring"),
 	      "feature name");
+	CHECK(!strcmp(stablesend_feature_name(STABLESEND_FEAT_SEND_SOCKFLAGS),
+		      "send_sockflags"), "send_sockflags");
 	CHECK(!stablesend_feature_name(0), "no name for 0");
 	CHECK(!stablesend_feature_name(3), "no name for two bits");
 	CHECK(!stablesend_feature_name(1ULL << 63), "no name for unknown");

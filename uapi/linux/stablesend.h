@@ -53,6 +53,13 @@
  *	an error, where sendfile(2) may still take a few bytes; AF_UNIX, whose
  *	poll(2) is stricter than its send, is tried as sendfile(2) would be,
  *	without waiting for memory).
+ *	There it snapshots no more bytes than the socket's send buffer
+ *	(SO_SNDBUF), about the most it takes at once (TCP may take a little
+ *	more, so a count can be below what sendfile(2) sends): a request
+ *	larger than that is cut after its header and as many file bytes as
+ *	fit, and its trailer is left for a later call; the memory limits
+ *	(EMSGSIZE) apply to what is left.  An O_APPEND socket fails with
+ *	EINVAL, as with sendfile(2) (STABLESEND_FEAT_SEND_SOCKFLAGS).
  *	The bytes reported are exactly those the peer gets; the rest of the
  *	snapshot is dropped.  The device fd's O_NONBLOCK only affects waiting
  *	for memory.  No SENT completion is queued for it; a RELEASED one is if
@@ -143,7 +150,8 @@
  *	EINVAL	the file is not a regular file; a reserved field or unknown flag
  *		is set; the request carries no byte at all; offset + len
  *		overflows or exceeds the largest file offset; head_len or
- *		tail_len exceeds STABLESEND_HDTR_MAX; entry_size is wrong.
+ *		tail_len exceeds STABLESEND_HDTR_MAX; entry_size is wrong;
+ *		SEND: the socket is O_APPEND, as sendfile(2) refuses it.
  *		SETUP: a mem_limit below one page or above max_limit.
  *	ENOTSOCK sock_fd is not a socket.
  *	EOPNOTSUPP the socket is not TCP (IPv4/IPv6, optionally with the kTLS
@@ -152,7 +160,8 @@
  *	EPIPE	the socket is shut down for writing.
  *	ENODATA	offset is at or past end of file.
  *	EMSGSIZE the request is larger than this open's memory limit, or
- *		than user_limit (without CAP_SYS_RESOURCE).
+ *		than user_limit (without CAP_SYS_RESOURCE); for a SEND on a
+ *		non-blocking socket, once cut to its send buffer.
  *	EAGAIN	non-blocking fd and the open's or the user's memory limit is
  *		reached now (the user's: unless CAP_SYS_RESOURCE).
  *	EINTR	a signal arrived while waiting for memory.
@@ -197,6 +206,8 @@
 #define STABLESEND_FEAT_KTLS		_BITULL(7) /* TCP with the kTLS ULP */
 #define STABLESEND_FEAT_SPLICE_PAGES	_BITULL(8) /* by-reference handoff */
 #define STABLESEND_FEAT_URING		_BITULL(9) /* io_uring command */
+/* SEND refuses O_APPEND sockets and caps a non-blocking one's snapshot */
+#define STABLESEND_FEAT_SEND_SOCKFLAGS	_BITULL(10)
 
 /**
  * struct stablesend_setup - configure one open of the device

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * SEND looks at the socket's flags as sendfile(2) does, so that the
+ * library's sendfile needs no system calls of its own to look at them
+ * (STABLESEND_FEAT_SEND_SOCKFLAGS):
+ * (a) SETUP reports the feature;
+ * (b) an O_APPEND TCP socket: SEND fails with EINVAL, the errno the
+ *     kernel's sendfile(2) gives on the same socket, and the peer gets
+ *     nothing; stablesend_sendfile() fails the same way;
+ * (c) a non-blocking socket takes no more than its send buffer at once,
+ *     and SEND snapshots no more: with the open's memory limit (256 KiB)
+ *     far below the request (8 MiB) but above the socket's send buffer
+ *     (SO_SNDBUF 32 KiB, which the kernel doubles), the call returns a
+ *     count of at most the send buffer instead of failing with EMSGSIZE;
+ *     with a header and a trailer it reports the header and file bytes
+ *     and no trailer byte; the peer gets exactly the bytes reported: the
+ *     header, then the file's bytes from the offset;
+ * (d) the cap is for non-blocking sockets only: the same request on a
+ *     blocking socket still fails with EMSGSIZE.
+ */
+#include "common.h"
+#include <stablesend.h>
+#include <sys/sendfile.h>
+
+#define REQ_LEN		(8 << 20)
+#define LIMIT		(256 << 10)
+#define SNDBUF		(32 << 10)
+#define OFF		12345
+#define HDTR		100
+
+static unsigned char pat(size_t i)
+{
+	return (unsigned char)(i * 7 + (i >> 10) + 1);
+}
+
+/*
+ * Shut the sender down and read the peer to EOF: the byte count (the
+ * first @cap of them in @buf).
+ */
+static size_t drain(int c, int s, unsigned char *buf, size_t cap)
+{
+	unsigned char junk[4096];
+	size_t got = 0;
+
+	shutdown(c, SHUT_WR);
+	for (;;) {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+		ssize_t n;
+
+		REQUIRE(poll(&p, 1, 10000) == 1, "no EOF after 10 s");
+		if (got < cap)
+			n = recv(s, buf + got, cap - got, 0);
+		else
+			n = recv(s, junk, sizeof(junk), 0);
+		if (n <= 0)
+			return got;
+		got += n;
+	}
+}
+
+static void o_append(int dev, int file)
+{
+	struct stablesend_req r;
+	unsigned char buf[64];
+	off_t off = 0;
+	int c, s, sf_err;
+	long n;
+
+	tcp_pair(AF_INET, &c, &s);
+	REQUIRE(fcntl(c, F_SETFL, O_APPEND) == 0, "F_SETFL O_APPEND");
+	errno = 0;
+	n = sendfile(c, file, &off, 4096);
+	sf_err = errno;
+	CHECK(n == -1 && sf_err == EINVAL,
+	      "(b) the kernel's sendfile to an O_APPEND socket: %ld, %s",
+	      n, strerror(sf_err));
+	r = ss_req(file, c, 0, 4096, 1);
+	errno = 0;
+	n = ss_send(dev, &r);
+	CHECK(n == -1 && errno == sf_err,
+	      "(b) SEND to an O_APPEND socket: %ld, %s (sendfile(2): %s)",
+	      n, strerror(errno), strerror(sf_err));
+	off = 0;
+	errno = 0;
+	n = stablesend_sendfile(c, file, &off, 4096);
+	CHECK(n == -1 && errno == sf_err && off == 0,
+	      "(b) stablesend_sendfile to an O_APPEND socket: %ld, %s, offset %lld",
+	      n, strerror(errno), (long long)off);
+	CHECK(drain(c, s, buf, sizeof(buf)) == 0,
+	      "(b) the peer of the O_APPEND socket got bytes");
+	close(c);
+	close(s);
+}
+
+static void capped(int dev, int file, int hdtr)
+{
+	static unsigned char rx[REQ_LEN + 2 * HDTR + 1];
+	unsigned char head[HDTR], tail[HDTR];
+	int c, s, v = SNDBUF, sndbuf;
+	socklen_t sl = sizeof(sndbuf);
+	struct stablesend_req r;
+	size_t got, hl = hdtr ? HDTR : 0;
+	long n;
+
+	memset(head, 'H', sizeof(head));
+	memset(tail, 'T', sizeof(tail));
+	tcp_pair(AF_INET, &c, &s);
+	REQUIRE(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)) == 0,
+		"SO_SNDBUF");
+	REQUIRE(getsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) == 0,
+		"SO_SNDBUF");
+	REQUIRE(sndbuf < LIMIT, "send buffer %d not below the limit", sndbuf);
+	r = ss_req(file, c, OFF, REQ_LEN, 2);
+	if (hdtr)
+		stablesend_prep_hdtr(&r, head, HDTR, tail, HDTR);
+
+	/* (d) blocking: the whole request must fit the open's limit. */
+	errno = 0;
+	n = ss_send(dev, &r);
+	CHECK(n == -1 && errno == EMSGSIZE,
+	      "(d) %s: SEND of %d bytes on a blocking socket: %ld, %s",
+	      hdtr ? "hdtr" : "plain", REQ_LEN, n, strerror(errno));
+
+	REQUIRE(fcntl(c, F_SETFL, O_NONBLOCK) == 0, "F_SETFL O_NONBLOCK");
+	errno = 0;
+	n = ss_send(dev, &r);
+	CHECK(n > (long)hl && n <= sndbuf,
+	      "(c) %s: non-blocking SEND of %d bytes, send buffer %d, limit %d: %ld, %s",
+	      hdtr ? "hdtr" : "plain", REQ_LEN, sndbuf, LIMIT, n,
+	      n < 0 ? strerror(errno) : "");
+	got = drain(c, s, rx, sizeof(rx));
+	CHECK(n < 0 || got == (size_t)n,
+	      "(c) %s: the peer got %zu bytes, SEND reported %ld",
+	      hdtr ? "hdtr" : "plain", got, n);
+	if (n > (long)hl && got == (size_t)n && got <= sizeof(rx)) {
+		size_t i;
+
+		for (i = 0; i < hl; i++)
+			if (rx[i] != 'H')
+				break;
+		CHECK(i == hl, "(c) hdtr: header byte %zu is %#x", i, rx[i]);
+		i = pattern_mismatch(rx + hl, got - hl, OFF, pat);
+		CHECK(i == got - hl,
+		      "(c) %s: byte %zu of the file part is %#x, not the file's %#x",
+		      hdtr ? "hdtr" : "plain", i, rx[hl + i], pat(OFF + i));
+	}
+	close(c);
+	close(s);
+}
+
+int main(void)
+{
+	struct stablesend_setup su = { .eventfd = -1, .mem_limit = LIMIT };
+	int dev = ss_dev(), file = file_with_pattern(OFF + REQ_LEN, pat);
+
+	REQUIRE(ioctl(dev, STABLESEND_IOC_SETUP, &su) == 0, "SETUP");
+	CHECK(su.features & STABLESEND_FEAT_SEND_SOCKFLAGS,
+	      "(a) SETUP features %#llx lack SEND_SOCKFLAGS",
+	      (unsigned long long)su.features);
+	CHECK(su.mem_limit == LIMIT, "limit in force %llu",
+	      (unsigned long long)su.mem_limit);
+	o_append(dev, file);
+	capped(dev, file, 0);
+	capped(dev, file, 1);
+	close(file);
+	close(dev);
+	return test_result();
+}
