@@ -85,6 +85,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	bool sync = sender;
 	struct stablesend_req capped;
 	unsigned int sflags;
+	bool sock_nonblock;
 	struct ss_req *req;
 	struct socket *sock;
 	bool copies = false;
@@ -109,6 +110,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 		goto put_file;
 	/* Read once: a SEND is non-blocking or not throughout. */
 	sflags = READ_ONCE(sock->file->f_flags);
+	sock_nonblock = sync && (sflags & O_NONBLOCK);
 	/* sendfile(2) refuses an O_APPEND output; so does SEND. */
 	err = -EINVAL;
 	if (sync && (sflags & O_APPEND))
@@ -121,7 +123,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	 * AF_UNIX's poll() is stricter than its send, which decides then, as
 	 * sendfile's does; without waiting for memory, as the socket is full.
 	 */
-	if (sync && (sflags & O_NONBLOCK) &&
+	if (sock_nonblock &&
 	    !(vfs_poll(sock->file, NULL) & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		err = -EAGAIN;
 		if (sock->sk->sk_family != AF_UNIX ||
@@ -136,7 +138,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 			goto put_sock;
 		flen = min(ur->len, isize - ur->offset);
 	}
-	if (sync && (sflags & O_NONBLOCK))
+	if (sock_nonblock)
 		ur = ss_nonblock_cap(ur, &capped, sock->sk, &flen);
 
 	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sender,
@@ -147,7 +149,7 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	}
 	req->user_data = ur->user_data;
 	req->copied = copies;
-	req->sock_nonblock = sync && (sflags & O_NONBLOCK);
+	req->sock_nonblock = sock_nonblock;
 	err = ss_snapshot(req, ur, file, flen);
 	fput(file);
 	if (err) {

@@ -228,8 +228,6 @@ static inline int read_text(const char *path, char *buf, size_t n)
 	return 0;
 }
 
-/* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
-/* The number after "KEY:" in an fdinfo file, or -1 when it has none. */
 /* The number after "KEY<sep>" at the start of a line of @text, or -1. */
 static inline long long text_key_num(const char *text, const char *key, char sep)
 {
@@ -245,6 +243,7 @@ static inline long long text_key_num(const char *text, const char *key, char sep
 	return -1;
 }
 
+/* The number after "KEY:" in an fdinfo file, or -1 when it has none. */
 static inline long long fdinfo_num(pid_t pid, int fd, const char *key)
 {
 	char path[64], text[4096];
@@ -255,6 +254,7 @@ static inline long long fdinfo_num(pid_t pid, int fd, const char *key)
 	return text_key_num(text, key, ':');
 }
 
+/* Read such a file's first line (at most @n - 1 bytes) into @buf: 0 or -1. */
 static inline int read_str(const char *path, char *buf, size_t n)
 {
 	if (read_text(path, buf, n))
