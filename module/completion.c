@@ -24,16 +24,20 @@
  * a second, and at most SS_USER_KICKS a second for one user's pages;
  * once the kicks have run it looks at the kicked groups again at once.
  * Pages nobody waits for are never kicked for: they come back with the
- * CPU's next receive processing, or when someone starts to wait.
+ * CPU's next receive processing, or when someone starts to wait.  Nor are
+ * pages a TCP connection still holds in its own queue, unsent or
+ * unacknowledged, where no kick reaches (ss_sock_holds()).
  */
 #include <linux/cred.h>
 #include <linux/eventfd.h>
 #include <linux/hashtable.h>
+#include <linux/hrtimer.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <net/sock.h>
+#include <net/tcp.h>
 
 #include "ss.h"
 
@@ -41,7 +45,7 @@
 #define SS_LEVELS		(ilog2(HZ) + 1)
 #define SS_LEVEL_RELEASED	4
 /* Ticks into a stall before a group's first kick; doubles to HZ. */
-#define SS_KICK_FIRST		2
+#define SS_KICK_FIRST		1
 
 /*
  * The requests one socket took bytes of, oldest first.  A socket mostly
@@ -83,7 +87,15 @@ static atomic_t ss_waiters;
 /* When a non-blocking submitter last got EAGAIN: it waits too, in poll(). */
 static unsigned long ss_eagain_at;
 static void ss_reaper_fn(struct work_struct *work);
-static DECLARE_DELAYED_WORK(ss_reaper, ss_reaper_fn);
+static DECLARE_WORK(ss_reaper, ss_reaper_fn);
+/*
+ * The reaper's clock.  Not a delayed work: the timer wheel rounds a delay
+ * up by one tick (calc_index()), so "every tick" would be every other one,
+ * and each RELEASED record a tick or two later than it need be.
+ */
+static struct hrtimer ss_reaper_timer;
+static unsigned long ss_reaper_due;	/* its expiry, in jiffies */
+static DEFINE_SPINLOCK(ss_reaper_clock_lock);	/* arming it */
 
 /* Queue one record on @req's open, using the node reserved for it. */
 static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
@@ -199,19 +211,49 @@ static bool ss_req_reap(struct ss_req *req)
 	return false;
 }
 
+static enum hrtimer_restart ss_reaper_timer_fn(struct hrtimer *t)
+{
+	queue_work(stablesend_wq, &ss_reaper);
+	return HRTIMER_NORESTART;
+}
+
 /*
- * A pass within a tick: sooner than the rarer levels may have it due, but
- * without pushing back a pass already due (racy read of the expiry: at
- * worst one extra pass or one tick later).
+ * A pass @ticks ticks from now (0: at once), unless one is due sooner:
+ * a pass already due is never pushed back.
  */
+static void ss_reaper_after(unsigned long ticks)
+{
+	unsigned long flags, due;
+	ktime_t at;
+
+	if (!ticks) {
+		queue_work(stablesend_wq, &ss_reaper);
+		return;
+	}
+	due = jiffies + ticks;
+	/* Mostly armed already, for as soon (racy: looked at again below). */
+	if (hrtimer_is_queued(&ss_reaper_timer) &&
+	    !time_after(READ_ONCE(ss_reaper_due), due))
+		return;
+	at = ktime_add_ns(ktime_get(), (u64)ticks * TICK_NSEC);
+	spin_lock_irqsave(&ss_reaper_clock_lock, flags);
+	if (!hrtimer_is_queued(&ss_reaper_timer) ||
+	    ktime_before(at, hrtimer_get_expires(&ss_reaper_timer))) {
+		WRITE_ONCE(ss_reaper_due, due);
+		/* A little slack, for the timer to share a wakeup. */
+		hrtimer_start_range_ns(&ss_reaper_timer, at, TICK_NSEC / 4,
+				       HRTIMER_MODE_ABS);
+	}
+	spin_unlock_irqrestore(&ss_reaper_clock_lock, flags);
+}
+
+/* A pass within a tick. */
 static void ss_reaper_soon(void)
 {
-	/* Queued to run now (no timer), or due within a tick: leave it. */
-	if (delayed_work_pending(&ss_reaper) &&
-	    (!timer_pending(&ss_reaper.timer) ||
-	     !time_after(READ_ONCE(ss_reaper.timer.expires), jiffies + 1)))
+	/* Queued to run now: it will look. */
+	if (work_pending(&ss_reaper))
 		return;
-	mod_delayed_work(stablesend_wq, &ss_reaper, 1);
+	ss_reaper_after(1);
 }
 
 /* The socket's group that no FIFO owns, now owned.  Under ss_inflight_lock. */
@@ -408,7 +450,7 @@ void ss_reaper_wait(int delta)
 	if (delta > 0 && READ_ONCE(ss_wanted_at) != now) {
 		WRITE_ONCE(ss_wanted_at, now);
 		WRITE_ONCE(ss_wanted, true);
-		mod_delayed_work(stablesend_wq, &ss_reaper, 0);
+		ss_reaper_after(0);
 	}
 }
 
@@ -521,6 +563,30 @@ struct ss_pass {
 };
 
 /*
+ * Can a kick free pages of @req's group: not while its TCP connection
+ * still holds them in its own queue, unsent or unacknowledged.  For
+ * memory, any page of the group's oldest request that came back helps:
+ * none can while none of its bytes is acknowledged.  For RELEASED, only
+ * the whole of @req does.  (Acknowledged bytes may still sit unread in the
+ * peer's receive queue, which a kick cannot tell from a defer list.)
+ * Racy reads, looked at again on the next pass; the group holds @sk.
+ */
+static bool ss_sock_holds(struct sock *sk, const struct ss_req *req,
+			  bool memory)
+{
+	u32 una;
+
+	if (!req->tcp ||
+	    !((1 << READ_ONCE(sk->sk_state)) &
+	      (TCPF_ESTABLISHED | TCPF_CLOSE_WAIT | TCPF_FIN_WAIT1 |
+	       TCPF_CLOSING | TCPF_LAST_ACK)))
+		return false;
+	una = READ_ONCE(tcp_sk(sk)->snd_una);
+	return memory ? !after(una, req->start_seq) :
+			after(READ_ONCE(req->end_seq), una);
+}
+
+/*
  * @g's pages did not move.  A kick is due when someone waits for them: a
  * request of it asked for RELEASED or its open is closed (wants_pages), a
  * submitter somewhere waits for memory (blocked, or for a second after
@@ -535,11 +601,15 @@ static bool ss_group_kick_due(struct ss_group *g, struct ss_pass *p,
 			      struct ss_req *wanted)
 {
 	struct ss_req *first = list_first_entry(&g->reqs, struct ss_req, inflight);
+	bool memory;
 
 	if (p->now - g->moved_at < g->kick_gap ||
 	    p->now - g->kicked_at < g->kick_gap)
 		return false;
-	if (!g->released && !p->waiters && !ss_user_wants_pages(first->ctx))
+	memory = p->waiters || ss_user_wants_pages(first->ctx);
+	if (!g->released && !memory)
+		return false;
+	if (ss_sock_holds(g->sk, memory ? first : wanted ?: first, memory))
 		return false;
 	if (!p->kick && !ss_user_kick_take((wanted ?: first)->ctx, p->now))
 		return false;
@@ -672,7 +742,7 @@ static void ss_reaper_fn(struct work_struct *work)
 		ss_req_release(req);
 	}
 	if (delay != MAX_JIFFY_OFFSET)
-		queue_delayed_work(stablesend_wq, &ss_reaper, delay);
+		ss_reaper_after(delay);
 }
 
 /**
@@ -689,7 +759,7 @@ void ss_reaper_kicked(void)
 		return;
 	WRITE_ONCE(ss_recheck_at, now);
 	WRITE_ONCE(ss_recheck, true);
-	mod_delayed_work(stablesend_wq, &ss_reaper, 0);
+	ss_reaper_after(0);
 }
 
 void ss_reaper_init(void)
@@ -703,11 +773,20 @@ void ss_reaper_init(void)
 	ss_eagain_at = jiffies - HZ;
 	ss_wanted_at = jiffies - 1;
 	ss_recheck_at = jiffies - 1;
+	hrtimer_setup(&ss_reaper_timer, ss_reaper_timer_fn, CLOCK_MONOTONIC,
+		      HRTIMER_MODE_ABS);
 }
 
+/*
+ * With no group left: a pass re-arms the clock only while groups are
+ * watched, and a kick only while it has groups to look at.
+ */
 void ss_reaper_stop(void)
 {
-	cancel_delayed_work_sync(&ss_reaper);
+	hrtimer_cancel(&ss_reaper_timer);
+	cancel_work_sync(&ss_reaper);
+	hrtimer_cancel(&ss_reaper_timer);
+	cancel_work_sync(&ss_reaper);
 }
 
 void ss_req_put(struct ss_req *req)

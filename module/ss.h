@@ -136,9 +136,11 @@ struct ss_req {
 	bool ring;		/* an io_uring command's: no records */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	bool wants_pages;	/* counted in group->released: the same */
+	bool tcp;		/* sent on TCP: @start_seq and @end_seq are set */
 	struct ss_group *group;	/* its socket's, once sent: under ss_inflight_lock */
 	u64 user_data;
 	u32 flags;		/* STABLESEND_REQ_* */
+	u32 end_seq;		/* TCP's write_seq after its last sendmsg so far */
 	size_t total;		/* bytes to send */
 	size_t sent;		/* bytes the socket accepted */
 	s64 res;		/* final result, once DONE */
@@ -148,6 +150,7 @@ struct ss_req {
 	u64 cap;		/* bytes of the pages filled in so far */
 	u64 freed_bytes;	/* data bytes of the pages given back */
 	unsigned int cq_charged;	/* records reserved in ctx->cq_reserved */
+	u32 start_seq;		/* TCP's write_seq before its first byte */
 	struct ss_cqe_node *cqe_sent;
 	struct ss_cqe_node *cqe_released;
 	unsigned int nr_pages;	/* pool pages (bvec entries) */

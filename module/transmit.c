@@ -460,10 +460,16 @@ static int ss_xmit(struct ss_sock *ss, struct ss_req *req, int msg_flags,
 		   bool (*stop)(struct ss_req *req), long *budget)
 {
 	const struct cred *old = NULL;
+	struct sock *sk = ss->sock->sk;
 	int ret = 0;
 
 	if (req->cred != current_cred())
 		old = override_creds(req->cred);
+	/* Where its bytes start on a TCP connection: for the reaper's kicks. */
+	if (!req->sent && sk_is_tcp(sk)) {
+		req->start_seq = READ_ONCE(tcp_sk(sk)->write_seq);
+		req->tcp = true;
+	}
 	while (req->sent < req->total) {
 		struct msghdr msg = { .msg_flags = msg_flags };
 		size_t left = req->total - req->sent;
@@ -479,6 +485,8 @@ static int ss_xmit(struct ss_sock *ss, struct ss_req *req, int msg_flags,
 			ret = ret ?: -EAGAIN;
 			break;
 		}
+		if (req->tcp)	/* at least to its last byte so far */
+			WRITE_ONCE(req->end_seq, READ_ONCE(tcp_sk(sk)->write_seq));
 		/* After the sendmsg took its page references: ss_req_idle_pages(). */
 		smp_store_release(&req->sent, req->sent + ret);
 		if (req->sent == ret)

@@ -49,6 +49,21 @@ static inline struct net_device *stablesend_alloc_netdev_dummy(int sizeof_priv)
 #define timer_delete_sync(t)		del_timer_sync(t)
 #endif
 
+#ifndef HAVE_HRTIMER_SETUP
+#include <linux/hrtimer.h>
+
+static inline void
+stablesend_hrtimer_setup(struct hrtimer *timer,
+			 enum hrtimer_restart (*function)(struct hrtimer *),
+			 clockid_t clock_id, enum hrtimer_mode mode)
+{
+	hrtimer_init(timer, clock_id, mode);
+	timer->function = function;
+}
+
+#define hrtimer_setup(t, fn, clock, mode) stablesend_hrtimer_setup(t, fn, clock, mode)
+#endif
+
 #ifndef HAVE_GET_RANDOM_U32_BELOW
 #define get_random_u32_below(ceil)	prandom_u32_max(ceil)
 #endif

@@ -43,6 +43,9 @@ probe HAVE_ALLOC_NETDEV_DUMMY 'struct net_device \*alloc_netdev_dummy\(' linux/n
 # get_random_u32_below(); Debian's 6.1 has both as backports, others may not.
 probe HAVE_TIMER_DELETE_SYNC 'int timer_delete_sync\(' linux/timer.h
 probe HAVE_GET_RANDOM_U32_BELOW 'u32 get_random_u32_below\(' linux/random.h
+# 6.13 added hrtimer_setup(), which sets the callback; hrtimer_init() went
+# away in 6.15.
+probe HAVE_HRTIMER_SETUP 'void hrtimer_setup\(' linux/hrtimer.h
 # c42d50aefd17 ("mm: shrinker: add infrastructure for dynamically allocating
 # shrinker"), 6.7; register_shrinker() went away with it.
 probe HAVE_SHRINKER_ALLOC 'struct shrinker \*shrinker_alloc\(' linux/shrinker.h

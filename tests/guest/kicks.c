@@ -1,31 +1,37 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The module kicks receive processing (module/rxkick.c) only for pages
- * someone waits for, and at a bounded rate per user:
+ * someone waits for, that a kick can bring back, and at a bounded rate
+ * per user:
  * (a) pages of an open that stays open, held by a peer that does not
  *     read, with no RELEASED asked and nobody waiting for memory: no kick
  *     in 3 s (kicks could not bring them back anyway);
- * (b) the same with RELEASED asked: kicked for, at least once and at most
- *     15 times in 4 s (doubling gaps up to a second), and the open's
- *     fdinfo counts them for its user;
- * (c) while (b)'s pages stay out, another user (nobody) whose RELEASED
+ * (b) the same with RELEASED asked: still no kick in 4 s, as the sending
+ *     socket holds the pages itself, its bytes unacknowledged;
+ * (c) RELEASED asked of bytes the peer acknowledged but never reads (they
+ *     sit in its receive queue, which a kick does not know from a defer
+ *     list): kicked for, at least once and at most 15 times in 4 s
+ *     (doubling gaps up to a second), and the open's fdinfo counts them
+ *     for its user;
+ * (d) while (c)'s pages stay out, another user (nobody) whose RELEASED
  *     pages wait on a CPU's socket buffer defer list (submitter on CPU 0,
  *     receiver reading everything on CPU 1, as in quiet.c) gets its
  *     RELEASED records as if alone: the first user's stall must not
  *     stretch the second user's gaps (median of 5 rounds under 0.3 s);
- * (d) a user whose RELEASED stalls come and go (every 50 ms a new
- *     connection whose peer does not read, then reset) for 3 s: each new
- *     socket is due a kick two ticks into its stall, but the user gets at
- *     most 8 a second: at most 32 in the 3 s;
- * (e) an io_uring command asking for its pages back (NOTIFY_RELEASE) on a
- *     peer that does not read: kicked for while its ring waits; once the
- *     ring is closed (io_uring cancels the command and posts its CQE)
- *     nobody waits for those pages any more: no kick in 3 s.
+ * (e) a user whose RELEASED stalls come and go (every 50 ms a new
+ *     connection as in (c), then reset) for 3 s: each new socket is due
+ *     a kick a tick into its stall, but the user gets at most 8 a second:
+ *     at most 32 in the 3 s;
+ * (f) an io_uring command asking for its pages back (NOTIFY_RELEASE) as in
+ *     (c): kicked for while its ring waits; once the ring is closed
+ *     (io_uring cancels the command and posts its CQE) nobody waits for
+ *     those pages any more: no kick in 3 s.
  * test-timeout: 120
  */
 #include "uring.h"
 #include <stablesend.h>
 #include <grp.h>
+#include <linux/sockios.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -33,6 +39,8 @@
 
 #define NOBODY	65534
 #define CHUNK	(64 << 10)
+/* Fits a receive buffer of the defaults: acknowledged at once. */
+#define ACKED	(32 << 10)
 #define ROUNDS	5
 
 static void pin(int cpu)
@@ -68,6 +76,25 @@ static void stall(int dev, int file, int *c, int *s, uint32_t flags, uint64_t ud
 	r = ss_req(file, *c, 0, 1 << 20, ud);
 	r.flags = flags;
 	REQUIRE(ss_submit(dev, &r, 1) == 1, "SUBMIT");
+}
+
+/*
+ * A request of @len bytes that the peer acknowledges (they fit its receive
+ * buffer) but never reads: its pages stay in the peer's receive queue,
+ * with nothing unacknowledged on our side.
+ */
+static void stall_acked(struct stablesend_req r, int *c, int *s, int dev)
+{
+	double t;
+	int outq = -1;
+
+	tcp_pair(AF_INET, c, s);
+	r.sock_fd = *c;
+	REQUIRE(ss_submit(dev, &r, 1) == 1, "SUBMIT");
+	for (t = now_s(); now_s() - t < 5; usleep(1000))
+		if (ioctl(*c, SIOCOUTQ, &outq) == 0 && outq == 0)
+			break;
+	REQUIRE(outq == 0, "%d bytes still unacknowledged after 5 s", outq);
 }
 
 static int rx_sock;
@@ -146,6 +173,7 @@ int main(void)
 	int dev, file, c1, s1, c2, s2, st, n;
 	struct stablesend_cqe cqe[16];
 	long long k0, k1, k2, uk, uk0;
+	struct stablesend_req r;
 	double t;
 	pid_t pid;
 
@@ -173,14 +201,28 @@ int main(void)
 	stall(dev, file, &c2, &s2, STABLESEND_REQ_NOTIFY_RELEASE, 2);
 	nap(4);
 	k2 = ss_stat("rx_kicks");
+	CHECK(k2 == k1, "%lld kicks in 4 s for pages the socket still holds (RELEASED asked)",
+	      k2 - k1);
+	printf("(b) RELEASED asked, bytes unacknowledged: %lld kicks in 4 s\n", k2 - k1);
+	close(c2);
+	close(s2);
+
+	/* (c) */
+	k1 = ss_stat("rx_kicks");
+	r = ss_req(file, 0, 0, ACKED, 3);
+	r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+	stall_acked(r, &c2, &s2, dev);
+	nap(4);
+	k2 = ss_stat("rx_kicks");
 	uk = user_kicks(dev) - uk0;
 	CHECK(k2 - k1 >= 1 && k2 - k1 <= 15,
 	      "%lld kicks in 4 s for a RELEASED that cannot come, want 1 to 15", k2 - k1);
 	CHECK(uk >= 1 && uk <= k2 - k0, "fdinfo: user-rx-kicks %lld (module-wide %lld)", uk,
 	      k2 - k0);
-	printf("(b) RELEASED asked: %lld kicks in 4 s; fdinfo user-rx-kicks %lld\n", k2 - k1, uk);
+	printf("(c) RELEASED asked, bytes acknowledged, never read: %lld kicks in 4 s; fdinfo user-rx-kicks %lld\n",
+	       k2 - k1, uk);
 
-	/* (c) */
+	/* (d) */
 	fflush(stdout);
 	pid = fork();
 	REQUIRE(pid >= 0, "fork");
@@ -191,19 +233,16 @@ int main(void)
 	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's part: status 0x%x", st);
 
-	/* (d) */
+	/* (e) */
 	k0 = ss_stat("rx_kicks");
 	t = now_s();
 	for (n = 0; now_s() - t < 3; n++) {
 		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-		struct stablesend_req r;
 		int c, s;
 
-		tcp_pair(AF_INET, &c, &s);
-		set_rcvbuf_small(s);
-		r = ss_req(file, c, 0, 256 << 10, 100 + n);
+		r = ss_req(file, 0, 0, ACKED, 100 + n);
 		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
-		REQUIRE(ss_submit(dev, &r, 1) == 1, "SUBMIT");
+		stall_acked(r, &c, &s, dev);
 		nap(0.05);
 		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		close(c);
@@ -213,22 +252,20 @@ int main(void)
 	}
 	t = now_s() - t;
 	k1 = ss_stat("rx_kicks");
-	CHECK(k1 - k0 <= 8 * t + 8, "%lld kicks in %.1f s for one user's %d stalls", k1 - k0,
-	      t, n);
-	printf("(d) %d stalls that come and go in %.1f s: %lld kicks\n", n, t, k1 - k0);
+	CHECK(k1 - k0 >= 1 && k1 - k0 <= 8 * t + 8, "%lld kicks in %.1f s for one user's %d stalls",
+	      k1 - k0, t, n);
+	printf("(e) %d stalls that come and go in %.1f s: %lld kicks\n", n, t, k1 - k0);
 
-	/* (e) */
+	/* (f) */
 	close(c2);
 	close(s2);
 	{
-		struct stablesend_req r;
 		struct ring ring;
 		int c, s;
 
 		REQUIRE(ring_init(&ring, 4, 0) == 0, "io_uring_setup");
 		tcp_pair(AF_INET, &c, &s);
-		set_rcvbuf_small(s);
-		r = ss_req(file, c, 0, 1 << 20, 7);
+		r = ss_req(file, c, 0, ACKED, 7);
 		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
 		stablesend_prep_uring(ring_sqe(&ring), dev, &r);
 		REQUIRE(ring_submit(&ring, 0) == 1, "io_uring_enter");
@@ -244,7 +281,7 @@ int main(void)
 		nap(3);
 		k2 = ss_stat("rx_kicks");
 		CHECK(k2 == k1, "%lld kicks in 3 s after the ring closed", k2 - k1);
-		printf("(e) io_uring command: %lld kicks in 1.5 s while its ring waits, %lld in 3 s after the ring closed\n",
+		printf("(f) io_uring command: %lld kicks in 1.5 s while its ring waits, %lld in 3 s after the ring closed\n",
 		       uk, k2 - k1);
 		close(c);
 		close(s);
