@@ -21,7 +21,9 @@
  * polling after EAGAIN; the module, once their open is closed) the reaper
  * kicks receive processing on the housekeeping CPUs (see rxkick.c): per
  * socket SS_KICK_FIRST ticks into the stall, then at doubling gaps up to
- * a second, and at most SS_USER_KICKS a second for one user's pages;
+ * a second (pages a kick freed do not end the stall: a receiver still
+ * reading gets few kicks, not one every other tick), and at most
+ * SS_USER_KICKS a second for one user's pages;
  * once the kicks have run it looks at the kicked groups again at once.
  * Pages nobody waits for are never kicked for: they come back with the
  * CPU's next receive processing, or when someone starts to wait.  Nor are
@@ -662,7 +664,9 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 		if (moved) {
 			p->moved = true;
 			g->moved_at = p->now;
-			g->kick_gap = SS_KICK_FIRST;
+			/* What our kick freed: the stall goes on, gaps doubling. */
+			if (!g->resume)
+				g->kick_gap = SS_KICK_FIRST;
 			g->resume = 0;
 		} else if (ss_group_kick_due(g, p, wanted)) {
 			p->kick = true;
