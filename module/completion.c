@@ -237,7 +237,8 @@ static void ss_reaper_after(unsigned long ticks)
 	if (hrtimer_is_queued(&ss_reaper_timer) &&
 	    !time_after(READ_ONCE(ss_reaper_due), due))
 		return;
-	at = ktime_add_ns(ktime_get(), (u64)ticks * TICK_NSEC);
+	/* A little past the tick, so that the pass finds jiffies moved on. */
+	at = ktime_add_ns(ktime_get(), (u64)ticks * TICK_NSEC + TICK_NSEC / 8);
 	spin_lock_irqsave(&ss_reaper_clock_lock, flags);
 	if (!hrtimer_is_queued(&ss_reaper_timer) ||
 	    ktime_before(at, hrtimer_get_expires(&ss_reaper_timer))) {
@@ -566,26 +567,35 @@ struct ss_pass {
 
 /*
  * Can a kick free pages of @req's group: not while its TCP connection
- * still holds them in its own queue, unsent or unacknowledged.  For
- * memory, any page of the group's oldest request that came back helps:
- * none can while none of its bytes is acknowledged.  For RELEASED, only
- * the whole of @req does.  (Acknowledged bytes may still sit unread in the
- * peer's receive queue, which a kick cannot tell from a defer list.)
- * Racy reads, looked at again on the next pass; the group holds @sk.
+ * still holds them in its own queue, unacknowledged (or unsent).  For
+ * memory, @req is the group's oldest request, and its next page to come
+ * back is held while that page's first byte is; for RELEASED, the whole
+ * request is held while its last byte is.  (Acknowledged bytes may still
+ * sit unread in the peer's receive queue, which a kick cannot tell from a
+ * defer list.)  A byte is held while it lies in [snd_una, write_seq):
+ * never after the connection went past it, however far.  Racy reads,
+ * looked at again on the next pass; the group holds @sk, and @req's
+ * freed_bytes is under ss_inflight_lock, which the caller holds.
  */
 static bool ss_sock_holds(struct sock *sk, const struct ss_req *req,
 			  bool memory)
 {
-	u32 una;
+	u32 una, nxt, seq;
 
-	if (!req->tcp ||
+	if (!req->tcp || !READ_ONCE(req->sent) ||
 	    !((1 << READ_ONCE(sk->sk_state)) &
 	      (TCPF_ESTABLISHED | TCPF_CLOSE_WAIT | TCPF_FIN_WAIT1 |
 	       TCPF_CLOSING | TCPF_LAST_ACK)))
 		return false;
 	una = READ_ONCE(tcp_sk(sk)->snd_una);
-	return memory ? !after(una, req->start_seq) :
-			after(READ_ONCE(req->end_seq), una);
+	nxt = READ_ONCE(tcp_sk(sk)->write_seq);
+	if (una == nxt)
+		return false;
+	if (memory)
+		seq = req->start_seq + (u32)req->freed_bytes;
+	else
+		seq = READ_ONCE(req->end_seq) - 1;
+	return between(seq, una, nxt - 1);
 }
 
 /*
@@ -664,9 +674,13 @@ static bool ss_reap_level(unsigned int l, struct ss_pass *p)
 		if (moved) {
 			p->moved = true;
 			g->moved_at = p->now;
-			/* What our kick freed: the stall goes on, gaps doubling. */
-			if (!g->resume)
-				g->kick_gap = SS_KICK_FIRST;
+			/*
+			 * What our kick freed: the stall goes on, its gaps
+			 * doubling, but only while kicks free nothing do they
+			 * grow past a user's rate.
+			 */
+			g->kick_gap = g->resume ? min(g->kick_gap, SS_KICK_TICKS) :
+						  SS_KICK_FIRST;
 			g->resume = 0;
 		} else if (ss_group_kick_due(g, p, wanted)) {
 			p->kick = true;

@@ -55,10 +55,6 @@ struct ss_user {
 	atomic64_t kicks;		/* kicks made for its pages */
 };
 
-/* Kicks one user's pages may cause in a second: at most that many at once. */
-#define SS_USER_KICKS		8
-#define SS_KICK_TICKS		DIV_ROUND_UP(HZ, SS_USER_KICKS)
-
 /*
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
  * with ss_inflight_lock (completion.c) before user->lock; nothing

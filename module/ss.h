@@ -238,6 +238,9 @@ void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx);
 void ss_user_waits(struct ss_ctx *ctx, int delta);
 void ss_user_starved(struct ss_ctx *ctx);
 bool ss_user_wants_pages(const struct ss_ctx *ctx);
+/* Kicks one user's pages may cause in a second: at most that many at once. */
+#define SS_USER_KICKS		8
+#define SS_KICK_TICKS		DIV_ROUND_UP(HZ, SS_USER_KICKS)
 bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now);
 
 /* transmit.c */

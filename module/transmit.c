@@ -468,6 +468,7 @@ static int ss_xmit(struct ss_sock *ss, struct ss_req *req, int msg_flags,
 	/* Where its bytes start on a TCP connection: for the reaper's kicks. */
 	if (!req->sent && sk_is_tcp(sk)) {
 		req->start_seq = READ_ONCE(tcp_sk(sk)->write_seq);
+		req->end_seq = req->start_seq;
 		req->tcp = true;
 	}
 	while (req->sent < req->total) {
