@@ -292,23 +292,36 @@ charged:
 }
 
 /*
- * Room for another request, for poll(): a chunk (or the whole limit, when
- * smaller) free under the open's limit and under the user's, idle pool
- * pages counting as free.  Less would have a level-triggered event loop
+ * Room for another request, for poll(): as much free under the open's
+ * limit and under the user's as the last request refused for memory
+ * needs, and a chunk (or the whole limit, when smaller) at least; idle
+ * pool pages count as free.  Less would have a level-triggered event loop
  * spin on EAGAIN.
  */
 bool ss_room(struct ss_ctx *ctx)
 {
 	u64 limit = READ_ONCE(stablesend_user_limit), busy;
+	u64 want = max_t(u64, READ_ONCE(ctx->room_want), SS_CHUNK_SIZE);
 	struct ss_user *u = ctx->user;
 
-	if (READ_ONCE(ctx->mem_used) + min_t(u64, SS_CHUNK_SIZE, ctx->mem_limit) >
+	if (READ_ONCE(ctx->mem_used) + min(want, ctx->mem_limit) >
 	    ctx->mem_limit)
 		return false;
 	if (ctx->unbounded)
 		return true;
 	busy = max_t(s64, 0, atomic64_read(&u->held) - atomic64_read(&u->pooled));
-	return busy + min_t(u64, SS_CHUNK_SIZE, limit) <= limit;
+	return busy + min(want, limit) <= limit;
+}
+
+/**
+ * ss_room_want - what poll() waits for before it says EPOLLOUT
+ * @ctx:	the open
+ * @need:	bytes a request was refused for (EAGAIN), or 0 once one fits
+ */
+void ss_room_want(struct ss_ctx *ctx, u64 need)
+{
+	if (READ_ONCE(ctx->room_want) != need)
+		WRITE_ONCE(ctx->room_want, need);
 }
 
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)

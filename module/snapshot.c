@@ -245,7 +245,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	/* The user's bound: waiting here holds nothing the user has. */
 	err = ss_user_reserve(ctx, need, nonblock, sender);
 	if (err)
-		goto fail;
+		goto fail_mem;
 	req->user_charged = need;
 	/* Whole if it fits now (or must: O_NONBLOCK), else piecemeal. */
 	err = ss_reserve(ctx, need, true, NULL);
@@ -253,14 +253,19 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 		req->charged = need;
 	} else if (nonblock) {
 		ss_user_starved(ctx);
-		goto fail;
+		goto fail_mem;
 	} else {
 		err = ss_reserve_lock(ctx, sender);
 		if (err)
 			goto fail;
 		req->piecemeal = true;
 	}
+	ss_room_want(ctx, 0);
 	return req;
+fail_mem:
+	/* poll() says EPOLLOUT once this much is free: not before it fits. */
+	if (err == -EAGAIN)
+		ss_room_want(ctx, need);
 fail:
 	ss_req_put(req);
 	return ERR_PTR(err);

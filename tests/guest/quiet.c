@@ -242,7 +242,7 @@ int main(void)
 		int ok = 0;
 
 		CHECK(errno == EAGAIN, "non-blocking SUBMIT: %s", strerror(errno));
-		/* POLLOUT means 64 KiB free; this one needs the whole limit. */
+		/* POLLOUT once the refused request fits: the whole limit. */
 		while (!ok && now_s() < t + 10) {
 			struct pollfd p = { .fd = dev, .events = POLLOUT };
 

@@ -12,6 +12,8 @@
  * - everything comes back when the opens are closed;
  * - root with CAP_SYS_RESOURCE goes beyond the bound, root without it does
  *   not, and SETUP reports an open's limit cut to the bound;
+ * - poll() says POLLOUT once a request refused for memory fits, and
+ *   not before (at least a 64 KiB chunk free);
  * - idle pool pages of an open still in use go back to the kernel under
  *   reclaim (drop_caches runs the shrinkers);
  * - a SEND that waits for the user's memory while the same thread's own
@@ -507,6 +509,86 @@ static void poll_low_water(int file)
 	free(buf);
 }
 
+/*
+ * Read from @d, 16 KiB at a time, until the open's memory in use is at
+ * most @max (10 s): which read frees a request's pages depends on how the
+ * socket packs them (6.1's AF_UNIX appends pages to the skb queued last).
+ * Returns the memory in use then, or -1.  *@got counts the bytes read.
+ */
+static long long drain_to(int dev, int d, unsigned long long max, char *buf,
+			  long *got)
+{
+	struct stablesend_counters c;
+
+	for (int i = 0; i < 1000; i++) {
+		ss_counters(dev, &c);
+		if (c.mem_in_use <= max)
+			return c.mem_in_use;
+		if (read_full(d, buf, 16 << 10) != 16 << 10)
+			return -1;
+		*got += 16 << 10;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/*
+ * After a request is refused for memory (EAGAIN), poll() says POLLOUT
+ * only once that request fits, not at the first 64 KiB: a level-triggered
+ * loop of 512 KiB requests would spin on EAGAIN otherwise.
+ */
+static void poll_refused(int file)
+{
+	int dev = ss_dev(), c, d, fl;
+	struct stablesend_req r[4], big;
+	long long used;
+	long got = 0;
+	struct pollfd p;
+	char *buf = malloc(1 << 20);
+
+	REQUIRE(buf, "malloc");
+	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	unix_pair(&c, &d);
+	for (int i = 0; i < 4; i++)
+		r[i] = ss_req(file, c, i << 18, 1 << 18, i);
+	REQUIRE(ss_submit(dev, r, 4) == 4, "SUBMIT 4 x 256 KiB");
+	fl = fcntl(dev, F_GETFL);
+	REQUIRE(fl >= 0 && fcntl(dev, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
+	big = ss_req(file, c, 1 << 20, 1 << 19, 4);
+	CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
+	      "512 KiB with the limit in use: %s", strerror(errno));
+	/* A request's pages come back: 64 KiB or more free, too little for it. */
+	used = drain_to(dev, d, 3 << 18, buf, &got);
+	CHECK(used >= 0, "no request's pages back within 10 s (%ld bytes read)",
+	      got);
+	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
+	if (used > 1 << 19) {
+		CHECK(poll(&p, 1, 0) == 0,
+		      "POLLOUT with %lld KiB free after 512 KiB were refused (revents %#x)",
+		      ((1 << 20) - used) >> 10, p.revents);
+		printf("  poll with %lld KiB free, 512 KiB refused: %s\n",
+		       ((1 << 20) - used) >> 10,
+		       p.revents & POLLOUT ? "POLLOUT" : "not writable");
+	} else {
+		CHECK(0, "one read freed %lld KiB at once: no case to look at",
+		      ((1 << 20) - used) >> 10);
+	}
+	/* Half: the refused request fits, and POLLOUT says so. */
+	CHECK(drain_to(dev, d, 1 << 19, buf, &got) >= 0,
+	      "512 KiB not back within 10 s (%ld bytes read)", got);
+	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
+	CHECK(poll(&p, 1, 10000) == 1 && p.revents & POLLOUT,
+	      "no POLLOUT within 10 s with 512 KiB free");
+	CHECK(ss_submit(dev, &big, 1) == 1,
+	      "512 KiB after POLLOUT: %s", strerror(errno));
+	CHECK(read_full(d, buf, (1 << 20) - got) == (size_t)((1 << 20) - got) &&
+	      read_full(d, buf, 1 << 19) == 1 << 19, "read the rest");
+	close(dev);
+	close(c);
+	close(d);
+	free(buf);
+}
+
 /* Idle pool pages of a live open go back under reclaim. */
 static void shrinker(int file)
 {
@@ -566,6 +648,7 @@ int main(void)
 			send_behind_own_submit(file, limit);
 		send_behind_shared_piecemeal(file);
 		poll_low_water(file);
+		poll_refused(file);
 		shrinker(file);
 		/* Writing 0 brings the default (the value at load) back. */
 		REQUIRE(!write_str(PARAM, "12345678"), "set user_limit");
