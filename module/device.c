@@ -128,7 +128,7 @@ static long ss_ioctl_setup(struct ss_ctx *ctx, void __user *arg)
 	if (!err) {
 		ctx->setup_done = true;
 		ctx->evfd = evfd;
-		ctx->mem_limit = limit;
+		WRITE_ONCE(ctx->mem_limit, limit);
 	}
 	spin_unlock(&ctx->lock);
 	if (err) {
@@ -272,6 +272,8 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	poll_wait(file, &ctx->cq_wait, pt);
 	poll_wait(file, &ctx->mem_wait, pt);
 	poll_wait(file, ss_user_waitq(ctx), pt);
+	/* Against wakers that look for sleepers first (wq_has_sleeper()). */
+	smp_mb();
 	if (READ_ONCE(ctx->cq_nr))
 		mask |= EPOLLIN | EPOLLRDNORM;
 	if (ss_room(ctx))

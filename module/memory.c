@@ -292,36 +292,64 @@ charged:
 }
 
 /*
- * Room for another request, for poll(): as much free under the open's
- * limit and under the user's as the last request refused for memory
- * needs, and a chunk (or the whole limit, when smaller) at least; idle
- * pool pages count as free.  Less would have a level-triggered event loop
- * spin on EAGAIN.
+ * What poll() wants free under @limit: the last request refused for
+ * memory, and a chunk (or the whole limit, when smaller) at least; a
+ * refused request larger than the limit (lowered since) is not waited for.
+ */
+static u64 ss_room_for(unsigned long want, u64 limit)
+{
+	u64 chunk = min_t(u64, SS_CHUNK_SIZE, limit);
+
+	return want > chunk && want <= limit ? want : chunk;
+}
+
+/*
+ * Room for another request, for poll(): what ss_room_for() says free under
+ * the open's limit and under the user's, idle pool pages counting as
+ * free.  Less would have a level-triggered event loop spin on EAGAIN.
  */
 bool ss_room(struct ss_ctx *ctx)
 {
 	u64 limit = READ_ONCE(stablesend_user_limit), busy;
-	u64 want = max_t(u64, READ_ONCE(ctx->room_want), SS_CHUNK_SIZE);
+	u64 mem_limit = READ_ONCE(ctx->mem_limit);
+	unsigned long want = READ_ONCE(ctx->room_want);
 	struct ss_user *u = ctx->user;
 
-	if (READ_ONCE(ctx->mem_used) + min(want, ctx->mem_limit) >
-	    ctx->mem_limit)
+	if (READ_ONCE(ctx->mem_used) + ss_room_for(want, mem_limit) > mem_limit)
 		return false;
 	if (ctx->unbounded)
 		return true;
 	busy = max_t(s64, 0, atomic64_read(&u->held) - atomic64_read(&u->pooled));
-	return busy + min(want, limit) <= limit;
+	return busy + ss_room_for(want, limit) <= limit;
 }
 
 /**
- * ss_room_want - what poll() waits for before it says EPOLLOUT
- * @ctx:	the open
- * @need:	bytes a request was refused for (EAGAIN), or 0 once one fits
+ * ss_room_refused - a request was refused @need bytes (EAGAIN)
+ * @ctx:	its open
+ * @need:	bytes of pool pages it needs (at most the open's limit)
+ *
+ * poll() says EPOLLOUT once that much is free.
  */
-void ss_room_want(struct ss_ctx *ctx, u64 need)
+void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
-	if (READ_ONCE(ctx->room_want) != need)
-		WRITE_ONCE(ctx->room_want, need);
+	WRITE_ONCE(ctx->room_want, need);
+}
+
+/**
+ * ss_room_got - a request got its @need bytes whole
+ * @ctx:	its open
+ * @need:	bytes reserved
+ *
+ * Ends the wait for a refused request no larger (a smaller one fitting
+ * says nothing about it); its pollers may now see EPOLLOUT.
+ */
+void ss_room_got(struct ss_ctx *ctx, u64 need)
+{
+	unsigned long want = READ_ONCE(ctx->room_want);
+
+	if (!want || need < want || cmpxchg(&ctx->room_want, want, 0) != want)
+		return;
+	wake_up_interruptible_poll(&ctx->mem_wait, EPOLLOUT | EPOLLWRNORM);
 }
 
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)

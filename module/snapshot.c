@@ -251,6 +251,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	err = ss_reserve(ctx, need, true, NULL);
 	if (!err) {
 		req->charged = need;
+		ss_room_got(ctx, need);
 	} else if (nonblock) {
 		ss_user_starved(ctx);
 		goto fail_mem;
@@ -260,12 +261,11 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 			goto fail;
 		req->piecemeal = true;
 	}
-	ss_room_want(ctx, 0);
 	return req;
 fail_mem:
 	/* poll() says EPOLLOUT once this much is free: not before it fits. */
 	if (err == -EAGAIN)
-		ss_room_want(ctx, need);
+		ss_room_refused(ctx, need);
 fail:
 	ss_req_put(req);
 	return ERR_PTR(err);

@@ -94,7 +94,7 @@ struct ss_ctx {
 	struct work_struct free_work;	/* the last reference is gone */
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
-	u64 room_want;		/* need of the last request refused for memory */
+	unsigned long room_want;	/* need of the last request refused memory */
 	u64 pooled;		/* bytes of free pages on @pool */
 	struct list_head pool[SS_CHUNK_ORDER + 1];	/* by order, page->lru */
 	struct stablesend_counters stats;
@@ -228,7 +228,8 @@ void ss_user_detach(struct ss_ctx *ctx);
 int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender);
 bool ss_room(struct ss_ctx *ctx);
-void ss_room_want(struct ss_ctx *ctx, u64 need);
+void ss_room_refused(struct ss_ctx *ctx, u64 need);
+void ss_room_got(struct ss_ctx *ctx, u64 need);
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx);
 int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	       struct ss_sender *sender);

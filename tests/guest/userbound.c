@@ -509,83 +509,141 @@ static void poll_low_water(int file)
 	free(buf);
 }
 
-/*
- * Read from @d, 16 KiB at a time, until the open's memory in use is at
- * most @max (10 s): which read frees a request's pages depends on how the
- * socket packs them (6.1's AF_UNIX appends pages to the skb queued last).
- * Returns the memory in use then, or -1.  *@got counts the bytes read.
- */
-static long long drain_to(int dev, int d, unsigned long long max, char *buf,
-			  long *got)
+static long long mem_in_use(int dev)
 {
 	struct stablesend_counters c;
 
+	ss_counters(dev, &c);
+	return c.mem_in_use;
+}
+
+/*
+ * Read from @d, 16 KiB at a time, until the open @dev's memory in use is
+ * at most @max (10 s): which read frees a request's pages depends on how
+ * the socket packs them (6.1's AF_UNIX appends pages to the skb queued
+ * last).  Returns the memory in use then, or -1.
+ */
+static long long drain_to(int dev, int d, long long max, char *buf)
+{
 	for (int i = 0; i < 1000; i++) {
-		ss_counters(dev, &c);
-		if (c.mem_in_use <= max)
-			return c.mem_in_use;
+		long long used = mem_in_use(dev);
+
+		if (used <= max)
+			return used;
 		if (read_full(d, buf, 16 << 10) != 16 << 10)
 			return -1;
-		*got += 16 << 10;
 		usleep(10000);
 	}
 	return -1;
 }
 
 /*
- * After a request is refused for memory (EAGAIN), poll() says POLLOUT
- * only once that request fits, not at the first 64 KiB: a level-triggered
- * loop of 512 KiB requests would spin on EAGAIN otherwise.
+ * One round of poll_refused(): the open @sub fills 1 MiB with 4 x 256 KiB
+ * to a peer that reads only as told; the open @dev (the same, or another
+ * of the same user under a 1 MiB user_limit) is refused 512 KiB.  Returns
+ * 0 when a read gave back too much at once to look at the middle case.
  */
-static void poll_refused(int file)
+static int refused_round(int file, int sub, int dev, char *buf)
 {
-	int dev = ss_dev(), c, d, fl;
 	struct stablesend_req r[4], big;
 	long long used;
-	long got = 0;
 	struct pollfd p;
-	char *buf = malloc(1 << 20);
+	int c, d, ok;
+	pid_t pid;
 
-	REQUIRE(buf, "malloc");
-	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
 	unix_pair(&c, &d);
 	for (int i = 0; i < 4; i++)
 		r[i] = ss_req(file, c, i << 18, 1 << 18, i);
-	REQUIRE(ss_submit(dev, r, 4) == 4, "SUBMIT 4 x 256 KiB");
-	fl = fcntl(dev, F_GETFL);
-	REQUIRE(fl >= 0 && fcntl(dev, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
+	REQUIRE(ss_submit(sub, r, 4) == 4, "SUBMIT 4 x 256 KiB");
 	big = ss_req(file, c, 1 << 20, 1 << 19, 4);
 	CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
 	      "512 KiB with the limit in use: %s", strerror(errno));
 	/* A request's pages come back: 64 KiB or more free, too little for it. */
-	used = drain_to(dev, d, 3 << 18, buf, &got);
-	CHECK(used >= 0, "no request's pages back within 10 s (%ld bytes read)",
-	      got);
+	CHECK(drain_to(sub, d, 3 << 18, buf) >= 0,
+	      "no request's pages back within 10 s");
 	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
-	if (used > 1 << 19) {
-		CHECK(poll(&p, 1, 0) == 0,
-		      "POLLOUT with %lld KiB free after 512 KiB were refused (revents %#x)",
-		      ((1 << 20) - used) >> 10, p.revents);
+	poll(&p, 1, 0);
+	/* Looked at after the poll: memory in use only goes down meanwhile. */
+	used = mem_in_use(sub);
+	ok = used > 1 << 19;
+	if (ok) {
+		CHECK(!(p.revents & POLLOUT),
+		      "POLLOUT with %lld KiB free after 512 KiB were refused",
+		      ((1 << 20) - used) >> 10);
 		printf("  poll with %lld KiB free, 512 KiB refused: %s\n",
 		       ((1 << 20) - used) >> 10,
 		       p.revents & POLLOUT ? "POLLOUT" : "not writable");
-	} else {
-		CHECK(0, "one read freed %lld KiB at once: no case to look at",
-		      ((1 << 20) - used) >> 10);
 	}
-	/* Half: the refused request fits, and POLLOUT says so. */
-	CHECK(drain_to(dev, d, 1 << 19, buf, &got) >= 0,
-	      "512 KiB not back within 10 s (%ld bytes read)", got);
+	/* Half comes back while we sleep in poll(): it wakes us, not before. */
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid)
+		_exit(drain_to(sub, d, 1 << 19, buf) >= 0 ? 0 : 1);
 	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
 	CHECK(poll(&p, 1, 10000) == 1 && p.revents & POLLOUT,
-	      "no POLLOUT within 10 s with 512 KiB free");
+	      "no POLLOUT within 10 s while the reader frees 512 KiB");
+	used = mem_in_use(sub);
+	CHECK(used <= 1 << 19, "POLLOUT with only %lld KiB free",
+	      ((1 << 20) - used) >> 10);
+	child_ok(pid, "reader");
 	CHECK(ss_submit(dev, &big, 1) == 1,
 	      "512 KiB after POLLOUT: %s", strerror(errno));
-	CHECK(read_full(d, buf, (1 << 20) - got) == (size_t)((1 << 20) - got) &&
-	      read_full(d, buf, 1 << 19) == 1 << 19, "read the rest");
-	close(dev);
+	/* The socket closes once its requests are out: read to the end. */
 	close(c);
+	while (read(d, buf, 1 << 20) > 0)
+		;
 	close(d);
+	return ok;
+}
+
+/*
+ * After a request is refused for memory (EAGAIN), poll() says POLLOUT
+ * only once that request fits, not at the first 64 KiB: a level-triggered
+ * loop of 512 KiB requests would spin on EAGAIN otherwise.  Under the
+ * open's limit, and under the user's (as nobody: root has
+ * CAP_SYS_RESOURCE), where another open of the user holds the memory.
+ */
+static void poll_refused(int file)
+{
+	char *buf = malloc(1 << 20);
+	int dev, fl, seen = 0;
+	pid_t pid;
+
+	REQUIRE(buf, "malloc");
+	for (int i = 0; i < 3 && !seen; i++) {
+		dev = ss_dev();
+		REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+		fl = fcntl(dev, F_GETFL);
+		REQUIRE(fl >= 0 && !fcntl(dev, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
+		seen = refused_round(file, dev, dev, buf);
+		close(dev);
+	}
+	CHECK(seen, "the open's limit: every round freed too much at once");
+
+	REQUIRE(!write_str(PARAM, "1048576"), "user_limit 1 MiB");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		become(65534);
+		seen = 0;
+		for (int i = 0; i < 3 && !seen; i++) {
+			int sub = ss_dev();
+
+			dev = ss_dev();
+			if (ss_setup(sub, -1, 1 << 20) || ss_setup(dev, -1, 1 << 20))
+				_exit(2);
+			fl = fcntl(dev, F_GETFL);
+			if (fl < 0 || fcntl(dev, F_SETFL, fl | O_NONBLOCK))
+				_exit(3);
+			seen = refused_round(file, sub, dev, buf);
+			close(dev);
+			close(sub);
+		}
+		CHECK(seen, "the user's limit: every round freed too much at once");
+		_exit(test_result());
+	}
+	child_ok(pid, "poll after a refusal under the user's limit, as nobody");
+	REQUIRE(!write_str(PARAM, "0"), "user_limit back to its default");
 	free(buf);
 }
 

@@ -80,12 +80,13 @@
  * read(2) on the device fd returns whole struct stablesend_cqe records
  * (EINVAL for a buffer smaller than one record), blocking unless the fd is
  * non-blocking (EAGAIN).  poll(2) reports EPOLLIN while completions are
- * queued and EPOLLOUT while the last request this open was refused for
- * memory (EAGAIN) would fit, and at least 64 KiB of snapshot memory (or
- * the whole limit, when smaller) is free, under the open's limit and under
- * the user's (module parameter user_limit, all opens of the user who
- * opened the device together); a request that gets its memory ends the
- * wait for the refused one's size.  The
+ * queued and EPOLLOUT while enough snapshot memory is free under the
+ * open's limit and under the user's (module parameter user_limit, all
+ * opens of the user who opened the device together): 64 KiB (or the
+ * whole limit, when smaller), and after a request of this open (any
+ * thread's, any io_uring command's) was refused for memory, as much as it
+ * needs, until one at least that large gets its memory (a refused size
+ * over a limit lowered since is not waited for).  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
