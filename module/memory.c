@@ -323,33 +323,38 @@ bool ss_room(struct ss_ctx *ctx)
 	return busy + ss_room_for(want, limit) <= limit;
 }
 
+/* The open's pollers: EPOLLOUT may have come with a smaller want. */
+static void ss_room_wake(struct ss_ctx *ctx)
+{
+	wake_up_interruptible_poll(&ctx->mem_wait, EPOLLOUT | EPOLLWRNORM);
+}
+
 /**
  * ss_room_refused - a request was refused @need bytes (EAGAIN)
  * @ctx:	its open
  * @need:	bytes of pool pages it needs (at most the open's limit)
  *
- * poll() says EPOLLOUT once that much is free.
+ * poll() says EPOLLOUT once that much is free, until a request of the
+ * open gets its memory.
  */
 void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
-	WRITE_ONCE(ctx->room_want, need);
+	if (need < xchg(&ctx->room_want, need))
+		ss_room_wake(ctx);
 }
 
 /**
- * ss_room_got - a request got its @need bytes whole
+ * ss_room_got - a request of @ctx got its memory (or waits for it)
  * @ctx:	its open
- * @need:	bytes reserved
  *
- * Ends the wait for a refused request no larger (a smaller one fitting
- * says nothing about it); its pollers may now see EPOLLOUT.
+ * Ends the wait for a refused size: the open is making progress, and a
+ * refused request given up must not keep EPOLLOUT away (at worst a
+ * resubmit of one too large for what is free is refused again).
  */
-void ss_room_got(struct ss_ctx *ctx, u64 need)
+void ss_room_got(struct ss_ctx *ctx)
 {
-	unsigned long want = READ_ONCE(ctx->room_want);
-
-	if (!want || need < want || cmpxchg(&ctx->room_want, want, 0) != want)
-		return;
-	wake_up_interruptible_poll(&ctx->mem_wait, EPOLLOUT | EPOLLWRNORM);
+	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
+		ss_room_wake(ctx);
 }
 
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)

@@ -251,7 +251,6 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	err = ss_reserve(ctx, need, true, NULL);
 	if (!err) {
 		req->charged = need;
-		ss_room_got(ctx, need);
 	} else if (nonblock) {
 		ss_user_starved(ctx);
 		goto fail_mem;
@@ -261,6 +260,7 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 			goto fail;
 		req->piecemeal = true;
 	}
+	ss_room_got(ctx);
 	return req;
 fail_mem:
 	/* poll() says EPOLLOUT once this much is free: not before it fits. */

@@ -229,7 +229,7 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender);
 bool ss_room(struct ss_ctx *ctx);
 void ss_room_refused(struct ss_ctx *ctx, u64 need);
-void ss_room_got(struct ss_ctx *ctx, u64 need);
+void ss_room_got(struct ss_ctx *ctx);
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx);
 int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	       struct ss_sender *sender);

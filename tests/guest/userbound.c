@@ -517,16 +517,22 @@ static long long mem_in_use(int dev)
 	return c.mem_in_use;
 }
 
+/* The memory in use of the opens @sub and @dev (one open if the same). */
+static long long used_by(int sub, int dev)
+{
+	return mem_in_use(sub) + (dev != sub ? mem_in_use(dev) : 0);
+}
+
 /*
- * Read from @d, 16 KiB at a time, until the open @dev's memory in use is
- * at most @max (10 s): which read frees a request's pages depends on how
- * the socket packs them (6.1's AF_UNIX appends pages to the skb queued
- * last).  Returns the memory in use then, or -1.
+ * Read from @d, 16 KiB at a time, until the opens @sub and @dev have at
+ * most @max in use (10 s): which read frees a request's pages depends on
+ * how the socket packs them (6.1's AF_UNIX appends pages to the skb
+ * queued last).  Returns the memory in use then, or -1.
  */
-static long long drain_to(int dev, int d, long long max, char *buf)
+static long long drain_to(int sub, int dev, int d, long long max, char *buf)
 {
 	for (int i = 0; i < 1000; i++) {
-		long long used = mem_in_use(dev);
+		long long used = used_by(sub, dev);
 
 		if (used <= max)
 			return used;
@@ -545,7 +551,7 @@ static long long drain_to(int dev, int d, long long max, char *buf)
  */
 static int refused_round(int file, int sub, int dev, char *buf)
 {
-	struct stablesend_req r[4], big;
+	struct stablesend_req r[4], big, small;
 	long long used;
 	struct pollfd p;
 	int c, d, ok;
@@ -556,15 +562,16 @@ static int refused_round(int file, int sub, int dev, char *buf)
 		r[i] = ss_req(file, c, i << 18, 1 << 18, i);
 	REQUIRE(ss_submit(sub, r, 4) == 4, "SUBMIT 4 x 256 KiB");
 	big = ss_req(file, c, 1 << 20, 1 << 19, 4);
+	small = ss_req(file, c, 3 << 19, 1 << 16, 5);
 	CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
 	      "512 KiB with the limit in use: %s", strerror(errno));
 	/* A request's pages come back: 64 KiB or more free, too little for it. */
-	CHECK(drain_to(sub, d, 3 << 18, buf) >= 0,
+	CHECK(drain_to(sub, dev, d, 3 << 18, buf) >= 0,
 	      "no request's pages back within 10 s");
 	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
 	poll(&p, 1, 0);
 	/* Looked at after the poll: memory in use only goes down meanwhile. */
-	used = mem_in_use(sub);
+	used = used_by(sub, dev);
 	ok = used > 1 << 19;
 	if (ok) {
 		CHECK(!(p.revents & POLLOUT),
@@ -573,16 +580,26 @@ static int refused_round(int file, int sub, int dev, char *buf)
 		printf("  poll with %lld KiB free, 512 KiB refused: %s\n",
 		       ((1 << 20) - used) >> 10,
 		       p.revents & POLLOUT ? "POLLOUT" : "not writable");
+		/* A request that gets its memory ends that wait (given up). */
+		CHECK(ss_submit(dev, &small, 1) == 1, "64 KiB with %lld KiB free: %s",
+		      ((1 << 20) - used) >> 10, strerror(errno));
+		p = (struct pollfd){ .fd = dev, .events = POLLOUT };
+		CHECK(poll(&p, 1, 0) == 1 && p.revents & POLLOUT,
+		      "no POLLOUT with 64 KiB or more free after a request went");
+		CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
+		      "512 KiB refused again: %s", strerror(errno));
 	}
 	/* Half comes back while we sleep in poll(): it wakes us, not before. */
 	pid = fork();
 	REQUIRE(pid >= 0, "fork");
-	if (!pid)
-		_exit(drain_to(sub, d, 1 << 19, buf) >= 0 ? 0 : 1);
+	if (!pid) {
+		usleep(200000);
+		_exit(drain_to(sub, dev, d, 1 << 19, buf) >= 0 ? 0 : 1);
+	}
 	p = (struct pollfd){ .fd = dev, .events = POLLOUT };
 	CHECK(poll(&p, 1, 10000) == 1 && p.revents & POLLOUT,
 	      "no POLLOUT within 10 s while the reader frees 512 KiB");
-	used = mem_in_use(sub);
+	used = used_by(sub, dev);
 	CHECK(used <= 1 << 19, "POLLOUT with only %lld KiB free",
 	      ((1 << 20) - used) >> 10);
 	child_ok(pid, "reader");

@@ -84,9 +84,10 @@
  * open's limit and under the user's (module parameter user_limit, all
  * opens of the user who opened the device together): 64 KiB (or the
  * whole limit, when smaller), and after a request of this open (any
- * thread's, any io_uring command's) was refused for memory, as much as it
- * needs, until one at least that large gets its memory (a refused size
- * over a limit lowered since is not waited for).  The
+ * thread's, any io_uring command's, also one with STABLESEND_URING_F_WAIT
+ * that io_uring then retries) was refused for memory, as much as it needs,
+ * until a request of this open gets its memory (a refused size over a
+ * limit lowered since is not waited for).  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
