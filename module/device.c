@@ -269,8 +269,11 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	struct ss_ctx *ctx = file->private_data;
 	__poll_t mask = 0;
 
+	/*
+	 * Two wait queues at most, as io_uring's poll takes no more: memory
+	 * coming back to the open also wakes its user's queue.
+	 */
 	poll_wait(file, &ctx->cq_wait, pt);
-	poll_wait(file, &ctx->mem_wait, pt);
 	poll_wait(file, ss_user_waitq(ctx), pt);
 	/* Against wakers that look for sleepers first (wq_has_sleeper()). */
 	smp_mb();

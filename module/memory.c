@@ -323,10 +323,10 @@ bool ss_room(struct ss_ctx *ctx)
 	return busy + ss_room_for(want, limit) <= limit;
 }
 
-/* The open's pollers: EPOLLOUT may have come with a smaller want. */
+/* The open's pollers (on its user's queue): EPOLLOUT may have come. */
 static void ss_room_wake(struct ss_ctx *ctx)
 {
-	wake_up_interruptible_poll(&ctx->mem_wait, EPOLLOUT | EPOLLWRNORM);
+	wake_up_interruptible_poll(&ctx->user->wait, EPOLLOUT | EPOLLWRNORM);
 }
 
 /**

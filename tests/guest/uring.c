@@ -7,7 +7,8 @@
  * and then the memory is back; a cancel by user_data; a ring closed, and
  * a submitter killed, with requests stuck on a peer that does not read
  * end them and give everything back; a fixed file, an SQE128 ring and an
- * SQPOLL ring; a command behind a link whose SQ entry was reused.
+ * SQPOLL ring; a command behind a link whose SQ entry was reused; the
+ * device fd polled through the ring (IORING_OP_POLL_ADD).
  * compat32: yes
  * test-timeout: 240
  */
@@ -325,6 +326,69 @@ static void eagain(void)
 		late++;
 	}
 	CHECK(late == pending, "%d of %d parked commands completed", late, pending);
+	ring_exit(&r);
+	close(a);
+	close(b);
+	close(file);
+	close(dev);
+	free(buf);
+}
+
+/* IORING_OP_POLL_ADD of @events on @fd, submitted alone. */
+static void poll_sqe(struct ring *r, int fd, unsigned int events, __u64 ud)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+
+	sqe->opcode = IORING_OP_POLL_ADD;
+	sqe->fd = fd;
+	sqe->poll32_events = events;
+	sqe->user_data = ud;
+	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter POLL_ADD");
+}
+
+/*
+ * The device fd polled through the ring (IORING_OP_POLL_ADD), as a ring
+ * user told EAGAIN would wait for memory: POLLOUT at once on a fresh
+ * open; POLLIN not before a record, then once a SUBMIT's is queued;
+ * POLLOUT not while a peer that does not read holds the whole limit, then
+ * once it read and the memory came back.  (io_uring takes two wait
+ * queues per poll at most.)
+ */
+static void poll_add(void)
+{
+	int dev = ss_dev(), file = temp_file(1 << 20, 'p'), a, b, res;
+	struct stablesend_cqe rec;
+	struct stablesend_req q;
+	char *buf = malloc(1 << 20);
+	struct ring r;
+
+	REQUIRE(buf, "malloc");
+	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
+	unix_pair(&a, &b);
+	poll_sqe(&r, dev, POLLOUT, 1);
+	res = cqe_res(&r, 1, 10000);
+	CHECK(res > 0 && (res & POLLOUT), "POLL_ADD POLLOUT on a fresh open: %d", res);
+
+	poll_sqe(&r, dev, POLLIN, 2);
+	CHECK(cqe_res(&r, 2, 200) == -ETIME, "POLL_ADD POLLIN with no record");
+	q = ss_req(file, a, 0, 4096, 3);
+	REQUIRE(ss_submit(dev, &q, 1) == 1, "SUBMIT 4 KiB");
+	res = cqe_res(&r, 2, 10000);
+	CHECK(res > 0 && (res & POLLIN), "POLL_ADD POLLIN after a SENT record: %d", res);
+	CHECK(ss_reap(dev, &rec, 1, 10000) == 1 && rec.res == 4096, "SENT record");
+	CHECK(read_full(b, buf, 4096) == 4096, "read 4 KiB");
+
+	/* The whole limit to a peer that reads nothing yet (waits for the 4 KiB). */
+	q = ss_req(file, a, 0, 1 << 20, 4);
+	REQUIRE(ss_submit(dev, &q, 1) == 1, "SUBMIT 1 MiB");
+	poll_sqe(&r, dev, POLLOUT, 5);
+	CHECK(cqe_res(&r, 5, 200) == -ETIME, "POLL_ADD POLLOUT with the limit in use");
+	CHECK(read_full(b, buf, 1 << 20) == 1 << 20, "read 1 MiB");
+	res = cqe_res(&r, 5, 10000 * ss_debug_scale(4));
+	CHECK(res > 0 && (res & POLLOUT),
+	      "POLL_ADD POLLOUT once the memory is back: %d", res);
+	printf("POLL_ADD on the device fd: POLLOUT, POLLIN after a record, POLLOUT after memory came back\n");
 	ring_exit(&r);
 	close(a);
 	close(b);
@@ -881,6 +945,7 @@ int main(int argc, char **argv)
 	batch_snapshot(IORING_SETUP_SQE128, "SQE128 ring");
 	errnos();
 	eagain();
+	poll_add();
 	wait_memory();
 	send_behind();
 	release_cqe();
