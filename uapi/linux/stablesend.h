@@ -103,7 +103,8 @@
  *	submits it, as with SUBMIT: once that call returns, later writes to
  *	the file do not reach the wire.  By default the command never waits
  *	for memory and never asks io_uring to retry it from a worker: with
- *	the limit reached its CQE carries -EAGAIN.  With
+ *	the limit reached its CQE carries -EAGAIN (poll the device fd for
+ *	EPOLLOUT, also with IORING_OP_POLL_ADD, and submit it again).  With
  *	STABLESEND_URING_F_WAIT in the command area's flags, a command that
  *	finds the limit reached asks io_uring to issue it again from its
  *	worker (io-wq), which reads the struct stablesend_req again and
