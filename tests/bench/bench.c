@@ -1488,7 +1488,7 @@ static void m_ss_async(struct cell *cl)
  * way an io_uring server writes it: cl->depth requests in flight, a batch
  * of SQEs per io_uring_submit_and_wait(), CQEs reaped as they come.  After
  * a CQE that says EAGAIN (the memory limit) the loop waits for POLLOUT on
- * the device (64 KiB free, or 100 ms) and submits that request again.
+ * the device (once the refused request fits, or 100 ms) and submits that request again.
  * --uring-wait 1 sets STABLESEND_URING_F_WAIT instead: a command at the
  * memory limit waits for memory in io_uring's worker.  Either way a
  * request that met the limit may go out after later ones.  The last
