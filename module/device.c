@@ -260,6 +260,8 @@ static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 		list_splice(&records, &ctx->cq);
 		ctx->cq_nr += n;
 		spin_unlock(&ctx->lock);
+		/* Others may have found none meanwhile, and sleep. */
+		wake_up_interruptible_poll(&ctx->cq_wait, EPOLLIN | EPOLLRDNORM);
 	}
 	return done ?: -EFAULT;
 }

@@ -95,6 +95,17 @@ static void ss_free_list(struct list_head *pages)
 	}
 }
 
+/*
+ * Wake every waiter of the user's: the pollers of all its opens share the
+ * queue, so an exclusive one (EPOLLEXCLUSIVE) of one open must not use up
+ * a wake-up another open's pollers need.
+ */
+static void ss_user_wake(struct ss_user *u)
+{
+	__wake_up(&u->wait, TASK_INTERRUPTIBLE, 0,
+		  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+}
+
 /* Pages of the user's came back, freed or pooled: wake whoever waits. */
 static void ss_user_returned(struct ss_user *u)
 {
@@ -102,7 +113,7 @@ static void ss_user_returned(struct ss_user *u)
 	smp_mb__before_atomic();
 	atomic_inc(&u->returns);
 	if (wq_has_sleeper(&u->wait))
-		wake_up_interruptible_poll(&u->wait, EPOLLOUT | EPOLLWRNORM);
+		ss_user_wake(u);
 }
 
 static void ss_user_uncharge(struct ss_user *u, u64 bytes)
@@ -323,12 +334,6 @@ bool ss_room(struct ss_ctx *ctx)
 	return busy + ss_room_for(want, limit) <= limit;
 }
 
-/* The open's pollers (on its user's queue): EPOLLOUT may have come. */
-static void ss_room_wake(struct ss_ctx *ctx)
-{
-	wake_up_interruptible_poll(&ctx->user->wait, EPOLLOUT | EPOLLWRNORM);
-}
-
 /**
  * ss_room_refused - a request was refused @need bytes (EAGAIN)
  * @ctx:	its open
@@ -340,7 +345,7 @@ static void ss_room_wake(struct ss_ctx *ctx)
 void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
 	if (need < xchg(&ctx->room_want, need))
-		ss_room_wake(ctx);
+		ss_user_wake(ctx->user);	/* the open's pollers */
 }
 
 /**
@@ -354,7 +359,7 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
 void ss_room_got(struct ss_ctx *ctx)
 {
 	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
-		ss_room_wake(ctx);
+		ss_user_wake(ctx->user);	/* the open's pollers */
 }
 
 wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)
@@ -434,10 +439,13 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		emptied = !ctx->pooled;
 		spin_unlock(&ctx->lock);
 		/*
-		 * The request's charge covers it from now on.  Nobody to wake:
-		 * the room others see (held less pooled) is the same.
+		 * The request's charge covers it from now on.  The room others
+		 * see (held less pooled) is the same, but a poller that read
+		 * @held before and @pooled after saw it a chunk short.
 		 */
 		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
+		if (wq_has_sleeper(&ctx->user->wait))
+			ss_user_wake(ctx->user);
 		if (emptied)
 			ss_idle_emptied(ctx);
 		return page;
