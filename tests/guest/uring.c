@@ -283,28 +283,53 @@ static void errnos(void)
 	close(dev);
 }
 
+/* An open limited to 1 MiB, a ring, a socket pair and a buffer. */
+struct fixture {
+	int dev, file, a, b;
+	unsigned char *buf;
+	struct ring r;
+};
+
+/* A file of @len bytes of @fill, a buffer of @buf_len, a ring of @entries. */
+static void fixture_init(struct fixture *f, size_t len, char fill,
+			 size_t buf_len, unsigned int entries)
+{
+	f->dev = ss_dev();
+	f->file = temp_file(len, fill);
+	f->buf = malloc(buf_len);
+	REQUIRE(f->buf, "malloc");
+	REQUIRE(ss_setup(f->dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
+	REQUIRE(!ring_init(&f->r, entries, 0), "io_uring_setup");
+	unix_pair(&f->a, &f->b);
+}
+
+static void fixture_exit(struct fixture *f)
+{
+	ring_exit(&f->r);
+	close(f->a);
+	close(f->b);
+	close(f->file);
+	close(f->dev);
+	free(f->buf);
+}
+
 /*
  * The open's memory limit: the command does not wait, its CQE says
  * EAGAIN; once the peer reads, the same request goes.
  */
 static void eagain(void)
 {
-	int dev = ss_dev(), file = temp_file(1 << 20, 'm'), a, b, i, res = 0;
-	int pending = 0, late = 0;
+	int i, res = 0, pending = 0, late = 0;
 	size_t want = 0, got = 0;
 	struct stablesend_req q[8];
 	struct io_uring_cqe cqe;
-	char *buf = malloc(8 << 20);
-	struct ring r;
+	struct fixture f;
 
-	REQUIRE(buf, "malloc");
-	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
-	REQUIRE(!ring_init(&r, 16, 0), "io_uring_setup");
-	unix_pair(&a, &b);
+	fixture_init(&f, 1 << 20, 'm', 8 << 20, 16);
 	for (i = 0; i < 8; i++) {
-		q[i] = ss_req(file, a, 0, 256 << 10, i);
-		REQUIRE(submit_one(&r, dev, &q[i], i, 0) == 1, "io_uring_enter");
-		res = cqe_res(&r, i, 300);
+		q[i] = ss_req(f.file, f.a, 0, 256 << 10, i);
+		REQUIRE(submit_one(&f.r, f.dev, &q[i], i, 0) == 1, "io_uring_enter");
+		res = cqe_res(&f.r, i, 300);
 		if (res == -EAGAIN)
 			break;
 		CHECK(res == -ETIME || res == 256 << 10, "request %d: %d", i, res);
@@ -314,24 +339,19 @@ static void eagain(void)
 	CHECK(res == -EAGAIN, "a 1 MiB limit took 8 requests of 256 KiB (last %d)", res);
 	CHECK(i >= 2, "EAGAIN after %d requests of 256 KiB under a 1 MiB limit", i);
 	while (got < want) {
-		ssize_t n = read(b, buf + got, (8 << 20) - got);
+		ssize_t n = read(f.b, f.buf + got, (8 << 20) - got);
 
 		if (n <= 0)
 			break;
 		got += n;
 	}
 	CHECK(got == want, "the peer got %zu of %zu", got, want);
-	while (late < pending && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4))) {
+	while (late < pending && !ring_wait(&f.r, &cqe, 10000 * ss_debug_scale(4))) {
 		CHECK(cqe.res == 256 << 10, "late CQE %d", cqe.res);
 		late++;
 	}
 	CHECK(late == pending, "%d of %d parked commands completed", late, pending);
-	ring_exit(&r);
-	close(a);
-	close(b);
-	close(file);
-	close(dev);
-	free(buf);
+	fixture_exit(&f);
 }
 
 /* IORING_OP_POLL_ADD of @events on @fd, submitted alone. */
@@ -356,45 +376,36 @@ static void poll_sqe(struct ring *r, int fd, unsigned int events, __u64 ud)
  */
 static void poll_add(void)
 {
-	int dev = ss_dev(), file = temp_file(1 << 20, 'p'), a, b, res;
 	struct stablesend_cqe rec;
 	struct stablesend_req q;
-	char *buf = malloc(1 << 20);
-	struct ring r;
+	struct fixture f;
+	int res;
 
-	REQUIRE(buf, "malloc");
-	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
-	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
-	unix_pair(&a, &b);
-	poll_sqe(&r, dev, POLLOUT, 1);
-	res = cqe_res(&r, 1, 10000);
+	fixture_init(&f, 1 << 20, 'p', 1 << 20, 8);
+	poll_sqe(&f.r, f.dev, POLLOUT, 1);
+	res = cqe_res(&f.r, 1, 10000);
 	CHECK(res > 0 && (res & POLLOUT), "POLL_ADD POLLOUT on a fresh open: %d", res);
 
-	poll_sqe(&r, dev, POLLIN, 2);
-	CHECK(cqe_res(&r, 2, 200) == -ETIME, "POLL_ADD POLLIN with no record");
-	q = ss_req(file, a, 0, 4096, 3);
-	REQUIRE(ss_submit(dev, &q, 1) == 1, "SUBMIT 4 KiB");
-	res = cqe_res(&r, 2, 10000);
+	poll_sqe(&f.r, f.dev, POLLIN, 2);
+	CHECK(cqe_res(&f.r, 2, 200) == -ETIME, "POLL_ADD POLLIN with no record");
+	q = ss_req(f.file, f.a, 0, 4096, 3);
+	REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 4 KiB");
+	res = cqe_res(&f.r, 2, 10000);
 	CHECK(res > 0 && (res & POLLIN), "POLL_ADD POLLIN after a SENT record: %d", res);
-	CHECK(ss_reap(dev, &rec, 1, 10000) == 1 && rec.res == 4096, "SENT record");
-	CHECK(read_full(b, buf, 4096) == 4096, "read 4 KiB");
+	CHECK(ss_reap(f.dev, &rec, 1, 10000) == 1 && rec.res == 4096, "SENT record");
+	CHECK(read_full(f.b, f.buf, 4096) == 4096, "read 4 KiB");
 
 	/* The whole limit to a peer that reads nothing yet (waits for the 4 KiB). */
-	q = ss_req(file, a, 0, 1 << 20, 4);
-	REQUIRE(ss_submit(dev, &q, 1) == 1, "SUBMIT 1 MiB");
-	poll_sqe(&r, dev, POLLOUT, 5);
-	CHECK(cqe_res(&r, 5, 200) == -ETIME, "POLL_ADD POLLOUT with the limit in use");
-	CHECK(read_full(b, buf, 1 << 20) == 1 << 20, "read 1 MiB");
-	res = cqe_res(&r, 5, 10000 * ss_debug_scale(4));
+	q = ss_req(f.file, f.a, 0, 1 << 20, 4);
+	REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 1 MiB");
+	poll_sqe(&f.r, f.dev, POLLOUT, 5);
+	CHECK(cqe_res(&f.r, 5, 200) == -ETIME, "POLL_ADD POLLOUT with the limit in use");
+	CHECK(read_full(f.b, f.buf, 1 << 20) == 1 << 20, "read 1 MiB");
+	res = cqe_res(&f.r, 5, 10000 * ss_debug_scale(4));
 	CHECK(res > 0 && (res & POLLOUT),
 	      "POLL_ADD POLLOUT once the memory is back: %d", res);
 	printf("POLL_ADD on the device fd: POLLOUT, POLLIN after a record, POLLOUT after memory came back\n");
-	ring_exit(&r);
-	close(a);
-	close(b);
-	close(file);
-	close(dev);
-	free(buf);
+	fixture_exit(&f);
 }
 
 /* One command with STABLESEND_URING_F_WAIT (no wait for its CQE). */
@@ -419,38 +430,34 @@ static void submit_wait(struct ring *r, int dev, const struct stablesend_req *re
 static void wait_memory(void)
 {
 	size_t len = 768 << 10, got = 0;
-	int dev = ss_dev(), file = temp_file(len, 'w'), a, b, res, i, done = 0;
-	struct stablesend_req q = ss_req(file, -1, 0, len, 0);
-	unsigned char *buf = malloc(2 * len);
 	struct io_uring_sqe *sqe;
 	struct io_uring_cqe cqe;
-	struct ring r;
+	struct stablesend_req q;
+	int res, i, done = 0;
+	struct fixture f;
 
-	REQUIRE(buf, "malloc");
-	REQUIRE(ss_setup(dev, -1, 1 << 20) == 0, "SETUP 1 MiB");
-	REQUIRE(!ring_init(&r, 8, 0), "io_uring_setup");
-	unix_pair(&a, &b);
-	q.sock_fd = a;
+	fixture_init(&f, len, 'w', 2 * len, 8);
+	q = ss_req(f.file, f.a, 0, len, 0);
 	/* A holds 768 KiB of the 1 MiB, parked on a peer that does not read. */
-	REQUIRE(submit_one(&r, dev, &q, 1, 0) == 1, "io_uring_enter");
-	CHECK(cqe_res(&r, 1, 300) == -ETIME, "A completed with the peer not reading");
-	submit_wait(&r, dev, &q, 2);				/* B waits */
-	REQUIRE(submit_one(&r, dev, &q, 3, 0) == 1, "io_uring_enter");	/* C */
-	res = cqe_res(&r, 3, 5000);
+	REQUIRE(submit_one(&f.r, f.dev, &q, 1, 0) == 1, "io_uring_enter");
+	CHECK(cqe_res(&f.r, 1, 300) == -ETIME, "A completed with the peer not reading");
+	submit_wait(&f.r, f.dev, &q, 2);				/* B waits */
+	REQUIRE(submit_one(&f.r, f.dev, &q, 3, 0) == 1, "io_uring_enter");	/* C */
+	res = cqe_res(&f.r, 3, 5000);
 	CHECK(res == -EAGAIN, "C, no F_WAIT, at the limit: %d, want -EAGAIN", res);
-	submit_wait(&r, dev, &q, 4);				/* D waits */
-	CHECK(ring_wait(&r, &cqe, 500) == -ETIME, "a CQE (%llu: %d) while B and D wait",
+	submit_wait(&f.r, f.dev, &q, 4);				/* D waits */
+	CHECK(ring_wait(&f.r, &cqe, 500) == -ETIME, "a CQE (%llu: %d) while B and D wait",
 	      (unsigned long long)cqe.user_data, cqe.res);
-	sqe = ring_sqe(&r);
+	sqe = ring_sqe(&f.r);
 	REQUIRE(sqe, "SQ ring full");
 	memset(sqe, 0, sizeof(*sqe));
 	sqe->opcode = IORING_OP_ASYNC_CANCEL;
 	sqe->fd = -1;
 	sqe->addr = 4;
 	sqe->user_data = 5;
-	REQUIRE(ring_submit(&r, 0) == 1, "io_uring_enter ASYNC_CANCEL");
+	REQUIRE(ring_submit(&f.r, 0) == 1, "io_uring_enter ASYNC_CANCEL");
 	for (i = 0; i < 2; i++) {
-		if (ring_wait(&r, &cqe, 5000 * ss_debug_scale(4))) {
+		if (ring_wait(&f.r, &cqe, 5000 * ss_debug_scale(4))) {
 			CHECK(0, "ASYNC_CANCEL of D: %d of 2 CQEs", i);
 			break;
 		}
@@ -465,12 +472,12 @@ static void wait_memory(void)
 			      (unsigned long long)cqe.user_data, cqe.res);
 	}
 	/* The peer drains A; B gets its memory and follows. */
-	got = read_full(b, buf, 2 * len);
+	got = read_full(f.b, f.buf, 2 * len);
 	CHECK(got == 2 * len, "the peer got %zu of %zu", got, 2 * len);
-	for (i = 0; i < (int)got && buf[i] == 'w'; i++)
+	for (i = 0; i < (int)got && f.buf[i] == 'w'; i++)
 		;
-	CHECK(i == (int)got, "byte %d is %#x, not the file's", i, buf[i]);
-	while (done < 2 && !ring_wait(&r, &cqe, 10000 * ss_debug_scale(4))) {
+	CHECK(i == (int)got, "byte %d is %#x, not the file's", i, f.buf[i]);
+	while (done < 2 && !ring_wait(&f.r, &cqe, 10000 * ss_debug_scale(4))) {
 		CHECK((cqe.user_data == 1 || cqe.user_data == 2) && cqe.res == (int)len,
 		      "CQE %llu: %d, want %zu", (unsigned long long)cqe.user_data,
 		      cqe.res, len);
@@ -479,12 +486,7 @@ static void wait_memory(void)
 	CHECK(done == 2, "%d of A and B completed", done);
 	printf("F_WAIT: C -EAGAIN, B waited in io_uring's worker and sent %zu, D cancelled\n",
 	       len);
-	ring_exit(&r);
-	close(a);
-	close(b);
-	close(file);
-	close(dev);
-	free(buf);
+	fixture_exit(&f);
 }
 
 /*
