@@ -587,14 +587,17 @@ ss_nics() { # sets SS_NIC (tap|hub|none), SS_NIC_ARGS, SS_NIC_WRAP
 }
 
 ss_boot() {
-	local w=$1 splat
+	local w=$1 splat kept n
 	ss_boot_once "$@"
-	grep -q '^BOOT' "$w/results.log" && return
-	[[ -e ${2%/boot/*}/stablesend-debug ]] && return
-	splat=$(tr -d '\r' <"$w/console.log" | grep -m 1 -E 'Kernel panic|BUG:|WARNING:|Oops') || return 0
-	mv "$w/console.log" "$w/console-first-boot.log"
-	ss_say "harness: the kernel died in its own boot, before init ran ($splat; console kept in $w/console-first-boot.log); booting it once more"
-	ss_boot_once "$@"
+	for n in first second; do
+		grep -q '^BOOT' "$w/results.log" && return
+		[[ -e ${2%/boot/*}/stablesend-debug ]] && return
+		splat=$(tr -d '\r' <"$w/console.log" | grep -m 1 -E 'Kernel panic|BUG:|WARNING:|Oops') || return 0
+		kept=$w/console-$n-boot.log
+		mv "$w/console.log" "$kept"
+		ss_say "harness: the kernel died in its own boot, before init ran ($splat; console kept in $kept); booting it once more"
+		ss_boot_once "$@"
+	done
 }
 
 ss_boot_once() {
