@@ -93,6 +93,7 @@ static int ss_release(struct inode *inode, struct file *file)
 		ss_req_finish(req, req->sent ?: -ECANCELED);
 	list_for_each_entry_safe(node, ntmp, &records, node)
 		kfree(node);
+	ss_room_unpoll(ctx);
 	ss_inflight_closed(ctx);
 	ss_pool_drain(ctx);
 	ss_ctx_put(ctx);
@@ -271,13 +272,11 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	struct ss_ctx *ctx = file->private_data;
 	__poll_t mask = 0;
 
-	/*
-	 * Two wait queues at most, as io_uring's poll takes no more: memory
-	 * coming back to the open also wakes its user's queue.
-	 */
+	/* One wait queue: records and room both wake it (ss_room_poll()). */
 	poll_wait(file, &ctx->cq_wait, pt);
-	poll_wait(file, ss_user_waitq(ctx), pt);
-	/* Against wakers that look for sleepers first (wq_has_sleeper()). */
+	if (poll_requested_events(pt) & EPOLLOUT)
+		ss_room_poll(ctx);
+	/* Against wakers that look for sleepers, or at the user's list, first. */
 	smp_mb();
 	if (READ_ONCE(ctx->cq_nr))
 		mask |= EPOLLIN | EPOLLRDNORM;

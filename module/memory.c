@@ -47,7 +47,9 @@ struct ss_user {
 	atomic64_t pooled;		/* of which idle on pools */
 	atomic_t returns;		/* bumped whenever pages come back */
 	atomic_t waiting;		/* submitters waiting for @held to fall */
-	wait_queue_head_t wait;		/* them, and poll() */
+	wait_queue_head_t wait;		/* them */
+	spinlock_t poll_lock;		/* @pollers; taken last but for wait queues */
+	struct list_head pollers;	/* opens polled for EPOLLOUT, by ctx->poll_node */
 	/* Receive-processing kicks for this user's pages (ss_user_wants_pages()) */
 	atomic_t mem_waiters;		/* submitters waiting for any memory */
 	bool starved;			/* found none without waiting, not charged since */
@@ -96,14 +98,34 @@ static void ss_free_list(struct list_head *pages)
 }
 
 /*
- * Wake every waiter of the user's: the pollers of all its opens share the
- * queue, so an exclusive one (EPOLLEXCLUSIVE) of one open must not use up
- * a wake-up another open's pollers need.
+ * Tell the pollers of @ctx that a request fits, if one does now.  io_uring
+ * and aio take EPOLLOUT from the wake-up's key without polling again, so
+ * it is only sent with room; and all pollers are woken, as an exclusive
+ * one (EPOLLEXCLUSIVE) may not be the one to use the room.
+ */
+static void ss_room_wake(struct ss_ctx *ctx)
+{
+	if (wq_has_sleeper(&ctx->cq_wait) && ss_room(ctx))
+		__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
+			  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+}
+
+/*
+ * The user's memory changed: wake the pollers of its opens that now have
+ * room.
  */
 static void ss_user_wake(struct ss_user *u)
 {
-	__wake_up(&u->wait, TASK_INTERRUPTIBLE, 0,
-		  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+	struct ss_ctx *ctx;
+
+	/* The change before the look at the list: pairs with ss_poll()'s. */
+	smp_mb();
+	if (list_empty_careful(&u->pollers))
+		return;
+	spin_lock(&u->poll_lock);
+	list_for_each_entry(ctx, &u->pollers, poll_node)
+		ss_room_wake(ctx);
+	spin_unlock(&u->poll_lock);
 }
 
 /* Pages of the user's came back, freed or pooled: wake whoever waits. */
@@ -112,8 +134,10 @@ static void ss_user_returned(struct ss_user *u)
 	/* A waiter that sees the new count sees the new @held too. */
 	smp_mb__before_atomic();
 	atomic_inc(&u->returns);
-	if (wq_has_sleeper(&u->wait))
-		ss_user_wake(u);
+	ss_user_wake(u);
+	/* After ss_user_wake()'s barrier, as wq_has_sleeper() would be. */
+	if (waitqueue_active(&u->wait))
+		wake_up_interruptible_all(&u->wait);
 }
 
 static void ss_user_uncharge(struct ss_user *u, u64 bytes)
@@ -345,7 +369,7 @@ bool ss_room(struct ss_ctx *ctx)
 void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
 	if (need < xchg(&ctx->room_want, need))
-		ss_user_wake(ctx->user);	/* the open's pollers */
+		ss_room_wake(ctx);
 }
 
 /**
@@ -359,12 +383,39 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
 void ss_room_got(struct ss_ctx *ctx)
 {
 	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
-		ss_user_wake(ctx->user);	/* the open's pollers */
+		ss_room_wake(ctx);
 }
 
-wait_queue_head_t *ss_user_waitq(struct ss_ctx *ctx)
+/**
+ * ss_room_poll - poll() of @ctx asks for EPOLLOUT
+ * @ctx:	the open, its queue already given to the poll table
+ *
+ * From the first such poll to its close the open is on its user's list,
+ * and memory of any open of the user's coming back wakes its pollers: a
+ * multishot poller (io_uring's) is not polled again between wake-ups.  So
+ * the open has one wait queue (aio's IOCB_CMD_POLL takes no more).  The
+ * caller looks at ss_room() after a full barrier.
+ */
+void ss_room_poll(struct ss_ctx *ctx)
 {
-	return &ctx->user->wait;
+	struct ss_user *u = ctx->user;
+
+	if (!list_empty_careful(&ctx->poll_node))
+		return;
+	spin_lock(&u->poll_lock);
+	if (list_empty(&ctx->poll_node))
+		list_add(&ctx->poll_node, &u->pollers);
+	spin_unlock(&u->poll_lock);
+}
+
+/* At close, when no poller is left: off the user's list. */
+void ss_room_unpoll(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	spin_lock(&u->poll_lock);
+	list_del_init(&ctx->poll_node);
+	spin_unlock(&u->poll_lock);
 }
 
 static bool ss_mem_fits(struct ss_ctx *ctx, u64 need)
@@ -444,8 +495,7 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		 * @held before and @pooled after saw it a chunk short.
 		 */
 		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
-		if (wq_has_sleeper(&ctx->user->wait))
-			ss_user_wake(ctx->user);
+		ss_user_wake(ctx->user);
 		if (emptied)
 			ss_idle_emptied(ctx);
 		return page;
@@ -622,6 +672,7 @@ int ss_user_attach(struct ss_ctx *ctx)
 	struct ss_user *u, *fresh = NULL;
 
 	INIT_LIST_HEAD(&ctx->idle_node);
+	INIT_LIST_HEAD(&ctx->poll_node);
 	/* Over the user's bound only with CAP_SYS_RESOURCE, decided once. */
 	ctx->unbounded = ns_capable_noaudit(&init_user_ns, CAP_SYS_RESOURCE);
 	for (;;) {
@@ -640,6 +691,8 @@ int ss_user_attach(struct ss_ctx *ctx)
 		spin_lock_init(&fresh->lock);
 		INIT_LIST_HEAD(&fresh->idle);
 		init_waitqueue_head(&fresh->wait);
+		spin_lock_init(&fresh->poll_lock);
+		INIT_LIST_HEAD(&fresh->pollers);
 	}
 	u = fresh;
 	fresh = NULL;

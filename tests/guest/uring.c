@@ -372,7 +372,7 @@ static void poll_sqe(struct ring *r, int fd, unsigned int events, __u64 ud)
  * open; POLLIN not before a record, then once a SUBMIT's is queued;
  * POLLOUT not while a peer that does not read holds the whole limit, then
  * once it read and the memory came back.  (io_uring takes two wait
- * queues per poll at most.)
+ * queues per poll at most; the device has one.)
  */
 static void poll_add(void)
 {
@@ -405,6 +405,61 @@ static void poll_add(void)
 	CHECK(res > 0 && (res & POLLOUT),
 	      "POLL_ADD POLLOUT once the memory is back: %d", res);
 	printf("POLL_ADD on the device fd: POLLOUT, POLLIN after a record, POLLOUT after memory came back\n");
+	fixture_exit(&f);
+}
+
+/* CQEs of the multishot POLL_ADD @ud within @ms: how many said POLLOUT. */
+static int multishot_seen(struct ring *r, __u64 ud, int ms)
+{
+	struct io_uring_cqe cqe;
+	int n = 0;
+
+	while (!ring_wait(r, &cqe, n ? 100 : ms)) {
+		CHECK(cqe.user_data == ud, "CQE user_data %llu, want %llu",
+		      (unsigned long long)cqe.user_data, (unsigned long long)ud);
+		CHECK(cqe.flags & IORING_CQE_F_MORE, "multishot POLL_ADD ended: %d",
+		      cqe.res);
+		CHECK(cqe.res > 0 && (cqe.res & POLLOUT), "multishot POLL_ADD: %d",
+		      cqe.res);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * A multishot POLL_ADD stays armed without being polled again: it says
+ * POLLOUT each time the whole limit, held by a peer that does not read,
+ * comes back, and not while it is held.
+ */
+static void poll_multishot(void)
+{
+	struct io_uring_sqe *sqe;
+	struct stablesend_req q;
+	struct fixture f;
+	int round, ok = 0;
+
+	fixture_init(&f, 1 << 20, 'M', 1 << 20, 8);
+	sqe = ring_sqe(&f.r);
+	REQUIRE(sqe, "SQ ring full");
+	sqe->opcode = IORING_OP_POLL_ADD;
+	sqe->fd = f.dev;
+	sqe->poll32_events = POLLOUT;
+	sqe->len = IORING_POLL_ADD_MULTI;
+	sqe->user_data = 9;
+	REQUIRE(ring_submit(&f.r, 0) == 1, "io_uring_enter POLL_ADD");
+	CHECK(multishot_seen(&f.r, 9, 10000) >= 1, "no POLLOUT on a fresh open");
+	for (round = 0; round < 3; round++) {
+		q = ss_req(f.file, f.a, 0, 1 << 20, round);
+		REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 1 MiB");
+		CHECK(!multishot_seen(&f.r, 9, 200), "POLLOUT with the limit in use");
+		CHECK(read_full(f.b, f.buf, 1 << 20) == 1 << 20, "read 1 MiB");
+		if (multishot_seen(&f.r, 9, 10000 * ss_debug_scale(4)))
+			ok++;
+		else
+			CHECK(0, "round %d: no POLLOUT once the memory came back", round);
+	}
+	printf("multishot POLL_ADD on the device fd: POLLOUT once the memory came back in %d of %d rounds\n",
+	       ok, round);
 	fixture_exit(&f);
 }
 
@@ -948,6 +1003,7 @@ int main(int argc, char **argv)
 	errnos();
 	eagain();
 	poll_add();
+	poll_multishot();
 	wait_memory();
 	send_behind();
 	release_cqe();

@@ -13,7 +13,8 @@
  * - root with CAP_SYS_RESOURCE goes beyond the bound, root without it does
  *   not, and SETUP reports an open's limit cut to the bound;
  * - poll() says POLLOUT once a request refused for memory fits, and
- *   not before (at least a 64 KiB chunk free);
+ *   not before (at least a 64 KiB chunk free); so do io_uring's POLL_ADD
+ *   and aio's IOCB_CMD_POLL, which take the event from the wake-up itself;
  * - idle pool pages of an open still in use go back to the kernel under
  *   reclaim (drop_caches runs the shrinkers);
  * - a SEND that waits for the user's memory while the same thread's own
@@ -24,11 +25,14 @@
  * test-timeout: 240
  */
 #include "common.h"
+#include "uring.h"
 #include <grp.h>
 #include <stdbool.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/aio_abi.h>
 #include <linux/capability.h>
 
 #define REQ		(16 << 20)
@@ -544,6 +548,103 @@ static long long drain_to(int sub, int dev, int d, long long max, char *buf)
 }
 
 /*
+ * Pollers of the device fd for POLLOUT that poll(2) does not cover: an
+ * io_uring POLL_ADD and an aio IOCB_CMD_POLL take what the wake-up says
+ * without polling again; an edge-triggered epoll is not polled again until
+ * woken, so its open must be woken whenever room comes back.
+ */
+struct pollers {
+	struct ring r;
+	aio_context_t aio;
+	struct iocb cb;
+	int ep;
+	bool ring_armed, aio_armed, ep_added;
+};
+
+static void pollers_init(struct pollers *p)
+{
+	int err = ring_init(&p->r, 4, 0);
+
+	REQUIRE(!err, "io_uring_setup: %s", strerror(-err));
+	p->aio = 0;
+	REQUIRE(!syscall(SYS_io_setup, 4, &p->aio), "io_setup: %s", strerror(errno));
+	p->ep = epoll_create1(0);
+	REQUIRE(p->ep >= 0, "epoll_create1");
+	p->ring_armed = p->aio_armed = p->ep_added = false;
+}
+
+static void pollers_exit(struct pollers *p)
+{
+	ring_exit(&p->r);
+	syscall(SYS_io_destroy, p->aio);
+	close(p->ep);
+}
+
+static void pollers_arm(struct pollers *p, int dev)
+{
+	struct io_uring_sqe *sqe = ring_sqe(&p->r);
+	struct iocb *cbs[1] = { &p->cb };
+
+	REQUIRE(sqe, "SQ ring full");
+	sqe->opcode = IORING_OP_POLL_ADD;
+	sqe->fd = dev;
+	sqe->poll32_events = POLLOUT;
+	REQUIRE(ring_submit(&p->r, 0) == 1, "io_uring_enter POLL_ADD");
+	p->ring_armed = true;
+	memset(&p->cb, 0, sizeof(p->cb));
+	p->cb.aio_lio_opcode = IOCB_CMD_POLL;
+	p->cb.aio_fildes = dev;
+	p->cb.aio_buf = POLLOUT;
+	p->aio_armed = syscall(SYS_io_submit, p->aio, 1, cbs) == 1;
+	CHECK(p->aio_armed, "aio IOCB_CMD_POLL POLLOUT on the device fd: %s",
+	      strerror(errno));
+	if (!p->ep_added) {
+		struct epoll_event ev = { .events = EPOLLOUT | EPOLLET };
+
+		REQUIRE(!epoll_ctl(p->ep, EPOLL_CTL_ADD, dev, &ev), "EPOLL_CTL_ADD");
+		p->ep_added = true;
+		/* Not writable now: the edge to come is what counts. */
+		CHECK(epoll_wait(p->ep, &ev, 1, 0) == 0,
+		      "epoll EPOLLOUT with the limit in use (%#x)", ev.events);
+	}
+}
+
+#define SEEN_RING	1
+#define SEEN_AIO	2
+#define SEEN_EPOLL	4
+#define SEEN_ALL	(SEEN_RING | SEEN_AIO | SEEN_EPOLL)
+
+/*
+ * Which pollers said POLLOUT within @ms (SEEN_*): an armed one that says
+ * anything else fails the test, and one that said something is unarmed.
+ */
+static int pollers_seen(struct pollers *p, int ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	struct io_uring_cqe cqe;
+	struct epoll_event eev;
+	struct io_event ev;
+	int seen = 0;
+
+	if (p->ring_armed && !ring_wait(&p->r, &cqe, ms)) {
+		p->ring_armed = false;
+		CHECK(cqe.res > 0 && (cqe.res & POLLOUT), "io_uring POLL_ADD: %d", cqe.res);
+		seen |= SEEN_RING;
+	}
+	if (p->aio_armed && syscall(SYS_io_getevents, p->aio, 0, 1, &ev, &ts) == 1) {
+		p->aio_armed = false;
+		CHECK(ev.res > 0 && (ev.res & POLLOUT), "aio IOCB_CMD_POLL: %lld",
+		      (long long)ev.res);
+		seen |= SEEN_AIO;
+	}
+	if (epoll_wait(p->ep, &eev, 1, ms) == 1) {
+		CHECK(eev.events & EPOLLOUT, "epoll: %#x", eev.events);
+		seen |= SEEN_EPOLL;
+	}
+	return seen;
+}
+
+/*
  * One round of poll_refused(): the open @sub fills 1 MiB with 4 x 256 KiB
  * to a peer that reads only as told; the open @dev (the same, or another
  * of the same user under a 1 MiB user_limit) is refused 512 KiB.  Returns
@@ -552,12 +653,14 @@ static long long drain_to(int sub, int dev, int d, long long max, char *buf)
 static int refused_round(int file, int sub, int dev, char *buf)
 {
 	struct stablesend_req r[4], big, small;
+	struct pollers pl;
 	long long used;
 	struct pollfd p;
-	int c, d, ok;
+	int c, d, ok, seen;
 	pid_t pid;
 
 	unix_pair(&c, &d);
+	pollers_init(&pl);
 	for (int i = 0; i < 4; i++)
 		r[i] = ss_req(file, c, i << 18, 1 << 18, i);
 	REQUIRE(ss_submit(sub, r, 4) == 4, "SUBMIT 4 x 256 KiB");
@@ -565,6 +668,7 @@ static int refused_round(int file, int sub, int dev, char *buf)
 	small = ss_req(file, c, 3 << 19, 1 << 16, 5);
 	CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
 	      "512 KiB with the limit in use: %s", strerror(errno));
+	pollers_arm(&pl, dev);
 	/* A request's pages come back: 64 KiB or more free, too little for it. */
 	CHECK(drain_to(sub, dev, d, 3 << 18, buf) >= 0,
 	      "no request's pages back within 10 s");
@@ -580,15 +684,31 @@ static int refused_round(int file, int sub, int dev, char *buf)
 		printf("  poll with %lld KiB free, 512 KiB refused: %s\n",
 		       ((1 << 20) - used) >> 10,
 		       p.revents & POLLOUT ? "POLLOUT" : "not writable");
+		/* Woken by the pages that came back: still no room. */
+		seen = pollers_seen(&pl, 100);
+		used = used_by(sub, dev);
+		CHECK(!seen || used <= 1 << 19,
+		      "POLLOUT from %s%s%swith %lld KiB free after 512 KiB were refused",
+		      seen & SEEN_RING ? "io_uring POLL_ADD " : "",
+		      seen & SEEN_AIO ? "aio IOCB_CMD_POLL " : "",
+		      seen & SEEN_EPOLL ? "edge-triggered epoll " : "",
+		      ((1 << 20) - used) >> 10);
 		/* A request that gets its memory ends that wait (given up). */
 		CHECK(ss_submit(dev, &small, 1) == 1, "64 KiB with %lld KiB free: %s",
 		      ((1 << 20) - used) >> 10, strerror(errno));
 		p = (struct pollfd){ .fd = dev, .events = POLLOUT };
 		CHECK(poll(&p, 1, 0) == 1 && p.revents & POLLOUT,
 		      "no POLLOUT with 64 KiB or more free after a request went");
+		seen |= pollers_seen(&pl, 5000);
+		CHECK(seen == SEEN_ALL,
+		      "a poller without POLLOUT after a request went (%#x of %#x)",
+		      seen, SEEN_ALL);
 		CHECK(ss_submit(dev, &big, 1) < 0 && errno == EAGAIN,
 		      "512 KiB refused again: %s", strerror(errno));
+	} else {
+		pollers_seen(&pl, 5000);
 	}
+	pollers_arm(&pl, dev);
 	/* Half comes back while we sleep in poll(): it wakes us, not before. */
 	pid = fork();
 	REQUIRE(pid >= 0, "fork");
@@ -602,7 +722,11 @@ static int refused_round(int file, int sub, int dev, char *buf)
 	used = used_by(sub, dev);
 	CHECK(used <= 1 << 19, "POLLOUT with only %lld KiB free",
 	      ((1 << 20) - used) >> 10);
+	seen = pollers_seen(&pl, 5000);
+	CHECK(seen == SEEN_ALL, "a poller without POLLOUT once 512 KiB came back (%#x of %#x)",
+	      seen, SEEN_ALL);
 	child_ok(pid, "reader");
+	pollers_exit(&pl);
 	CHECK(ss_submit(dev, &big, 1) == 1,
 	      "512 KiB after POLLOUT: %s", strerror(errno));
 	/* The socket closes once its requests are out: read to the end. */

@@ -87,7 +87,10 @@
  * thread's, any io_uring command's, also one with STABLESEND_URING_F_WAIT
  * that io_uring then retries) was refused for memory, as much as it needs,
  * until a request of this open gets its memory (a refused size over a
- * limit lowered since is not waited for).  The
+ * limit lowered since is not waited for).  The fd has one wait queue, so
+ * select(2), poll(2), epoll(7) (edge-triggered too), io_uring's
+ * IORING_OP_POLL_ADD and aio's IOCB_CMD_POLL all work; a wake-up that
+ * carries EPOLLOUT is sent only while that much is free.  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
