@@ -272,18 +272,15 @@ static __poll_t ss_poll(struct file *file, struct poll_table_struct *pt)
 	struct ss_ctx *ctx = file->private_data;
 	__poll_t mask = 0;
 
-	/* One wait queue: records and room both wake it (ss_room_poll()). */
+	/* One wait queue: records and room (ss_room_poll()) both wake it. */
 	poll_wait(file, &ctx->cq_wait, pt);
-	if (poll_requested_events(pt) & EPOLLOUT)
-		ss_room_poll(ctx);
-	/* Against wakers that look for sleepers, or at the user's list, first. */
+	/* Against wakers that look for sleepers first (wq_has_sleeper()). */
 	smp_mb();
 	if (READ_ONCE(ctx->cq_nr))
 		mask |= EPOLLIN | EPOLLRDNORM;
-	if (ss_room(ctx))
+	if (ss_room(ctx) ||
+	    (poll_requested_events(pt) & EPOLLOUT && ss_room_poll(ctx)))
 		mask |= EPOLLOUT | EPOLLWRNORM;
-	else if (poll_requested_events(pt) & EPOLLOUT)
-		ss_user_starved(ctx);	/* it waits in poll(), for our pages */
 	return mask;
 }
 

@@ -48,8 +48,8 @@ struct ss_user {
 	atomic_t returns;		/* bumped whenever pages come back */
 	atomic_t waiting;		/* submitters waiting for @held to fall */
 	wait_queue_head_t wait;		/* them */
-	spinlock_t poll_lock;		/* @pollers; taken last but for wait queues */
-	struct list_head pollers;	/* opens polled for EPOLLOUT, by ctx->poll_node */
+	spinlock_t poll_lock;		/* @pollers */
+	struct list_head pollers;	/* opens waiting for room, by ctx->poll_node */
 	/* Receive-processing kicks for this user's pages (ss_user_wants_pages()) */
 	atomic_t mem_waiters;		/* submitters waiting for any memory */
 	bool starved;			/* found none without waiting, not charged since */
@@ -60,7 +60,11 @@ struct ss_user {
 /*
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
  * with ss_inflight_lock (completion.c) before user->lock; nothing
- * allocates or sleeps under any of them.
+ * allocates or sleeps under any of them.  user->poll_lock is taken under
+ * each of them and under the shrinker's list_lru lock (never the other
+ * way), and itself only holds an open's wait queue lock, for wake-ups
+ * whose callbacks (epoll's, io_uring's, aio's, poll's) queue work or
+ * wake tasks but never call into the module.
  */
 static DEFINE_HASHTABLE(ss_users, 6);
 static DEFINE_SPINLOCK(ss_users_lock);
@@ -98,33 +102,29 @@ static void ss_free_list(struct list_head *pages)
 }
 
 /*
- * Tell the pollers of @ctx that a request fits, if one does now.  io_uring
- * and aio take EPOLLOUT from the wake-up's key without polling again, so
- * it is only sent with room; and all pollers are woken, as an exclusive
- * one (EPOLLEXCLUSIVE) may not be the one to use the room.
- */
-static void ss_room_wake(struct ss_ctx *ctx)
-{
-	if (wq_has_sleeper(&ctx->cq_wait) && ss_room(ctx))
-		__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
-			  poll_to_key(EPOLLOUT | EPOLLWRNORM));
-}
-
-/*
- * The user's memory changed: wake the pollers of its opens that now have
- * room.
+ * The user's memory changed: the opens on its list that have room now
+ * come off it, and their pollers are woken, all of them (an exclusive one,
+ * EPOLLEXCLUSIVE, may not be the one to use the room).  io_uring and aio
+ * take EPOLLOUT from the wake-up's key without polling again, so it is
+ * only sent with room.
  */
 static void ss_user_wake(struct ss_user *u)
 {
-	struct ss_ctx *ctx;
+	struct ss_ctx *ctx, *tmp;
 
-	/* The change before the look at the list: pairs with ss_poll()'s. */
+	/* The change before the look at the list: pairs with ss_room_poll(). */
 	smp_mb();
 	if (list_empty_careful(&u->pollers))
 		return;
 	spin_lock(&u->poll_lock);
-	list_for_each_entry(ctx, &u->pollers, poll_node)
-		ss_room_wake(ctx);
+	list_for_each_entry_safe(ctx, tmp, &u->pollers, poll_node) {
+		if (!ss_room(ctx))
+			continue;
+		list_del_init(&ctx->poll_node);
+		if (wq_has_sleeper(&ctx->cq_wait))
+			__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
+				  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+	}
 	spin_unlock(&u->poll_lock);
 }
 
@@ -354,8 +354,48 @@ bool ss_room(struct ss_ctx *ctx)
 		return false;
 	if (ctx->unbounded)
 		return true;
-	busy = max_t(s64, 0, atomic64_read(&u->held) - atomic64_read(&u->pooled));
+	busy = atomic64_read(&u->held);
+	/* Pool takes lower @pooled first (ss_get_page()): never too little. */
+	smp_rmb();
+	busy = max_t(s64, 0, busy - atomic64_read(&u->pooled));
 	return busy + ss_room_for(want, limit) <= limit;
+}
+
+/* Put @ctx on its user's list of opens waiting for room, if not on it. */
+static void ss_room_wait(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	if (!list_empty_careful(&ctx->poll_node))
+		return;
+	spin_lock(&u->poll_lock);
+	if (list_empty(&ctx->poll_node) && !READ_ONCE(ctx->closed))
+		list_add_tail(&ctx->poll_node, &u->pollers);
+	spin_unlock(&u->poll_lock);
+}
+
+/**
+ * ss_room_poll - poll() of @ctx for EPOLLOUT found no room
+ * @ctx:	the open, its queue given to the poll table
+ *
+ * The open waits on its user's list: memory of any open of the user's
+ * coming back wakes its pollers once a request fits, and takes it off.  So
+ * the open has one wait queue (aio's IOCB_CMD_POLL takes no more).  As
+ * with a socket's write space, a poller that is not polled again (io_uring's
+ * multishot) is woken again only after someone found no room again: a
+ * poll, or a request refused for memory.
+ *
+ * Return: whether there is room after all.
+ */
+bool ss_room_poll(struct ss_ctx *ctx)
+{
+	ss_room_wait(ctx);
+	/* The list, then the room: pairs with ss_user_wake(). */
+	smp_mb();
+	if (ss_room(ctx))
+		return true;
+	ss_user_starved(ctx);	/* it waits in poll(), for our pages */
+	return false;
 }
 
 /**
@@ -364,12 +404,14 @@ bool ss_room(struct ss_ctx *ctx)
  * @need:	bytes of pool pages it needs (at most the open's limit)
  *
  * poll() says EPOLLOUT once that much is free, until a request of the
- * open gets its memory.
+ * open gets its memory; the open waits for it on its user's list.
  */
 void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
-	if (need < xchg(&ctx->room_want, need))
-		ss_room_wake(ctx);
+	WRITE_ONCE(ctx->room_want, need);
+	ss_room_wait(ctx);
+	/* Memory that came back before it was on the list, or a smaller need. */
+	ss_user_wake(ctx->user);
 }
 
 /**
@@ -383,29 +425,7 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
 void ss_room_got(struct ss_ctx *ctx)
 {
 	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
-		ss_room_wake(ctx);
-}
-
-/**
- * ss_room_poll - poll() of @ctx asks for EPOLLOUT
- * @ctx:	the open, its queue already given to the poll table
- *
- * From the first such poll to its close the open is on its user's list,
- * and memory of any open of the user's coming back wakes its pollers: a
- * multishot poller (io_uring's) is not polled again between wake-ups.  So
- * the open has one wait queue (aio's IOCB_CMD_POLL takes no more).  The
- * caller looks at ss_room() after a full barrier.
- */
-void ss_room_poll(struct ss_ctx *ctx)
-{
-	struct ss_user *u = ctx->user;
-
-	if (!list_empty_careful(&ctx->poll_node))
-		return;
-	spin_lock(&u->poll_lock);
-	if (list_empty(&ctx->poll_node))
-		list_add(&ctx->poll_node, &u->pollers);
-	spin_unlock(&u->poll_lock);
+		ss_user_wake(ctx->user);
 }
 
 /* At close, when no poller is left: off the user's list. */
@@ -494,6 +514,7 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 		 * see (held less pooled) is the same, but a poller that read
 		 * @held before and @pooled after saw it a chunk short.
 		 */
+		smp_mb__before_atomic();	/* @pooled first: ss_room() */
 		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
 		ss_user_wake(ctx->user);
 		if (emptied)
@@ -596,7 +617,7 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 	spin_unlock(&u->lock);
 	/* Pooled pages stay the user's (ubytes >= pooled); waiters trim them. */
 	atomic64_sub(ubytes - pooled, &u->held);
-	if (ubytes)
+	if (ubytes || bytes)
 		ss_user_returned(u);
 	if (bytes)
 		wake_up_interruptible_all(&ctx->mem_wait);

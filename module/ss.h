@@ -86,7 +86,7 @@ struct ss_ctx {
 	struct mutex reserve_lock;	/* one piecemeal reservation at a time */
 	struct ss_user *user;		/* who opened it (memory.c) */
 	struct list_head idle_node;	/* on user->idle while @pool has pages */
-	struct list_head poll_node;	/* on user->pollers once polled for EPOLLOUT */
+	struct list_head poll_node;	/* on user->pollers while waiting for room */
 	struct list_head lru_node;	/* on ss_idle_lru with @idle_node */
 	struct mem_cgroup *memcg;	/* the opener's: charged for its pages */
 	int nid;			/* the node its pages come from */
@@ -231,7 +231,7 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 bool ss_room(struct ss_ctx *ctx);
 void ss_room_refused(struct ss_ctx *ctx, u64 need);
 void ss_room_got(struct ss_ctx *ctx);
-void ss_room_poll(struct ss_ctx *ctx);
+bool ss_room_poll(struct ss_ctx *ctx);
 void ss_room_unpoll(struct ss_ctx *ctx);
 int ss_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	       struct ss_sender *sender);

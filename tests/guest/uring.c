@@ -427,16 +427,17 @@ static int multishot_seen(struct ring *r, __u64 ud, int ms)
 }
 
 /*
- * A multishot POLL_ADD stays armed without being polled again: it says
- * POLLOUT each time the whole limit, held by a peer that does not read,
- * comes back, and not while it is held.
+ * A multishot POLL_ADD stays armed without being polled again: after a
+ * request is refused (EAGAIN) with the whole limit held by a peer that
+ * does not read, it says POLLOUT once the memory comes back, round after
+ * round, and not while it is held.
  */
 static void poll_multishot(void)
 {
 	struct io_uring_sqe *sqe;
 	struct stablesend_req q;
 	struct fixture f;
-	int round, ok = 0;
+	int round, ok = 0, fl;
 
 	fixture_init(&f, 1 << 20, 'M', 1 << 20, 8);
 	sqe = ring_sqe(&f.r);
@@ -448,9 +449,14 @@ static void poll_multishot(void)
 	sqe->user_data = 9;
 	REQUIRE(ring_submit(&f.r, 0) == 1, "io_uring_enter POLL_ADD");
 	CHECK(multishot_seen(&f.r, 9, 10000) >= 1, "no POLLOUT on a fresh open");
+	fl = fcntl(f.dev, F_GETFL);
+	REQUIRE(fl >= 0 && !fcntl(f.dev, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
 	for (round = 0; round < 3; round++) {
 		q = ss_req(f.file, f.a, 0, 1 << 20, round);
 		REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 1 MiB");
+		q.len = 64 << 10;
+		CHECK(ss_submit(f.dev, &q, 1) < 0 && errno == EAGAIN,
+		      "64 KiB with the limit in use: %s", strerror(errno));
 		CHECK(!multishot_seen(&f.r, 9, 200), "POLLOUT with the limit in use");
 		CHECK(read_full(f.b, f.buf, 1 << 20) == 1 << 20, "read 1 MiB");
 		if (multishot_seen(&f.r, 9, 10000 * ss_debug_scale(4)))

@@ -14,7 +14,8 @@
  *   not, and SETUP reports an open's limit cut to the bound;
  * - poll() says POLLOUT once a request refused for memory fits, and
  *   not before (at least a 64 KiB chunk free); so do io_uring's POLL_ADD
- *   and aio's IOCB_CMD_POLL, which take the event from the wake-up itself;
+ *   and aio's IOCB_CMD_POLL, which take the event from the wake-up itself,
+ *   and an edge-triggered epoll;
  * - idle pool pages of an open still in use go back to the kernel under
  *   reclaim (drop_caches runs the shrinkers);
  * - a SEND that waits for the user's memory while the same thread's own
@@ -550,8 +551,8 @@ static long long drain_to(int sub, int dev, int d, long long max, char *buf)
 /*
  * Pollers of the device fd for POLLOUT that poll(2) does not cover: an
  * io_uring POLL_ADD and an aio IOCB_CMD_POLL take what the wake-up says
- * without polling again; an edge-triggered epoll is not polled again until
- * woken, so its open must be woken whenever room comes back.
+ * without polling again; an edge-triggered epoll reports only after a
+ * wake-up, so one must come when room does.
  */
 struct pollers {
 	struct ring r;

@@ -88,9 +88,13 @@
  * that io_uring then retries) was refused for memory, as much as it needs,
  * until a request of this open gets its memory (a refused size over a
  * limit lowered since is not waited for).  The fd has one wait queue, so
- * select(2), poll(2), epoll(7) (edge-triggered too), io_uring's
- * IORING_OP_POLL_ADD and aio's IOCB_CMD_POLL all work; a wake-up that
- * carries EPOLLOUT is sent only while that much is free.  The
+ * select(2), poll(2), epoll(7), io_uring's IORING_OP_POLL_ADD and aio's
+ * IOCB_CMD_POLL all work.  A wake-up that carries EPOLLOUT is sent only
+ * when that much was free (another open of the user's may take it first:
+ * a resubmission can still meet EAGAIN), and, as a socket's write space,
+ * once after each time room was found missing, by a poll or by a request
+ * refused for memory: an edge-triggered or multishot poller waits after
+ * an EAGAIN, not after a request that went.  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
