@@ -227,6 +227,34 @@ static unsigned int ss_take_records(struct ss_ctx *ctx, struct list_head *out,
 	return n;
 }
 
+/* A reader waits for records: room for requests (EPOLLOUT) is no news. */
+static int ss_read_wake(struct wait_queue_entry *wait, unsigned int mode,
+			int sync, void *key)
+{
+	if (key && !(key_to_poll(key) & EPOLLIN))
+		return 0;
+	return autoremove_wake_function(wait, mode, sync, key);
+}
+
+static int ss_wait_records(struct ss_ctx *ctx)
+{
+	DEFINE_WAIT_FUNC(wait, ss_read_wake);
+	int err = 0;
+
+	for (;;) {
+		prepare_to_wait(&ctx->cq_wait, &wait, TASK_INTERRUPTIBLE);
+		if (READ_ONCE(ctx->cq_nr))
+			break;
+		if (signal_pending(current)) {
+			err = -ERESTARTSYS;
+			break;
+		}
+		schedule();
+	}
+	finish_wait(&ctx->cq_wait, &wait);
+	return err;
+}
+
 static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 		       loff_t *ppos)
 {
@@ -243,8 +271,7 @@ static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 	while (!(n = ss_take_records(ctx, &records, max))) {
 		if (file->f_flags & O_NONBLOCK)
 			return -EAGAIN;
-		if (wait_event_interruptible(ctx->cq_wait,
-					     READ_ONCE(ctx->cq_nr)))
+		if (ss_wait_records(ctx))
 			return -ERESTARTSYS;
 	}
 	list_for_each_entry_safe(node, tmp, &records, node) {

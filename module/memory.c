@@ -60,11 +60,12 @@ struct ss_user {
 /*
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
  * with ss_inflight_lock (completion.c) before user->lock; nothing
- * allocates or sleeps under any of them.  user->poll_lock is taken under
- * each of them and under the shrinker's list_lru lock (never the other
- * way), and itself only holds an open's wait queue lock, for wake-ups
- * whose callbacks (epoll's, io_uring's, aio's, poll's) queue work or
- * wake tasks but never call into the module.
+ * allocates or sleeps under any of them.  user->poll_lock nests under
+ * ss_users_lock, user->lock, ss_inflight_lock and the shrinker's list_lru
+ * lock (never the other way).  Under it an open's wait queue is woken:
+ * the pollers' callbacks (epoll's, io_uring's, aio's, poll's) take their
+ * own locks and the scheduler's, queue work or task work, never call into
+ * the module (aio's completion defers the last fput()).
  */
 static DEFINE_HASHTABLE(ss_users, 6);
 static DEFINE_SPINLOCK(ss_users_lock);
@@ -102,17 +103,30 @@ static void ss_free_list(struct list_head *pages)
 }
 
 /*
+ * Wake all pollers of @ctx, just taken off its user's list with room (an
+ * exclusive one, EPOLLEXCLUSIVE, may not be the one to use it).  io_uring
+ * and aio take EPOLLOUT from the wake-up's key without polling again, so
+ * it is only sent with room.
+ */
+static void ss_room_wake(struct ss_ctx *ctx)
+{
+	if (wq_has_sleeper(&ctx->cq_wait))
+		__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
+			  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+}
+
+/*
  * The user's memory changed: the opens on its list that have room now
- * come off it, and their pollers are woken, all of them (an exclusive one,
- * EPOLLEXCLUSIVE, may not be the one to use the room).  io_uring and aio
- * take EPOLLOUT from the wake-up's key without polling again, so it is
- * only sent with room.
+ * come off it, and their pollers are woken (ss_room_wake()).
  */
 static void ss_user_wake(struct ss_user *u)
 {
 	struct ss_ctx *ctx, *tmp;
 
-	/* The change before the look at the list: pairs with ss_room_poll(). */
+	/*
+	 * The change before the look at the list: pairs with ss_room_poll().
+	 * ss_user_returned() counts on it even when the list is empty.
+	 */
 	smp_mb();
 	if (list_empty_careful(&u->pollers))
 		return;
@@ -121,9 +135,7 @@ static void ss_user_wake(struct ss_user *u)
 		if (!ss_room(ctx))
 			continue;
 		list_del_init(&ctx->poll_node);
-		if (wq_has_sleeper(&ctx->cq_wait))
-			__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
-				  poll_to_key(EPOLLOUT | EPOLLWRNORM));
+		ss_room_wake(ctx);
 	}
 	spin_unlock(&u->poll_lock);
 }
@@ -144,6 +156,7 @@ static void ss_user_uncharge(struct ss_user *u, u64 bytes)
 {
 	if (!bytes)
 		return;
+	smp_mb__before_atomic();	/* the pools' @pooled first: ss_room() */
 	atomic64_sub(bytes, &u->held);
 	ss_user_returned(u);
 }
@@ -345,24 +358,25 @@ static u64 ss_room_for(unsigned long want, u64 limit)
  */
 bool ss_room(struct ss_ctx *ctx)
 {
-	u64 limit = READ_ONCE(stablesend_user_limit), busy;
+	u64 limit = READ_ONCE(stablesend_user_limit);
 	u64 mem_limit = READ_ONCE(ctx->mem_limit);
 	unsigned long want = READ_ONCE(ctx->room_want);
 	struct ss_user *u = ctx->user;
+	s64 busy;
 
 	if (READ_ONCE(ctx->mem_used) + ss_room_for(want, mem_limit) > mem_limit)
 		return false;
 	if (ctx->unbounded)
 		return true;
 	busy = atomic64_read(&u->held);
-	/* Pool takes lower @pooled first (ss_get_page()): never too little. */
+	/* Pool takes and trims lower @pooled first: never too little. */
 	smp_rmb();
 	busy = max_t(s64, 0, busy - atomic64_read(&u->pooled));
 	return busy + ss_room_for(want, limit) <= limit;
 }
 
 /* Put @ctx on its user's list of opens waiting for room, if not on it. */
-static void ss_room_wait(struct ss_ctx *ctx)
+static void ss_room_list(struct ss_ctx *ctx)
 {
 	struct ss_user *u = ctx->user;
 
@@ -371,6 +385,23 @@ static void ss_room_wait(struct ss_ctx *ctx)
 	spin_lock(&u->poll_lock);
 	if (list_empty(&ctx->poll_node) && !READ_ONCE(ctx->closed))
 		list_add_tail(&ctx->poll_node, &u->pollers);
+	spin_unlock(&u->poll_lock);
+}
+
+/* @ctx's own wait changed (ss_room_refused(), ss_room_got()): look at it alone. */
+static void ss_room_wake_one(struct ss_ctx *ctx)
+{
+	struct ss_user *u = ctx->user;
+
+	/* The change before the look at the list: pairs with ss_room_poll(). */
+	smp_mb();
+	if (list_empty_careful(&ctx->poll_node))
+		return;
+	spin_lock(&u->poll_lock);
+	if (!list_empty(&ctx->poll_node) && ss_room(ctx)) {
+		list_del_init(&ctx->poll_node);
+		ss_room_wake(ctx);
+	}
 	spin_unlock(&u->poll_lock);
 }
 
@@ -389,7 +420,7 @@ static void ss_room_wait(struct ss_ctx *ctx)
  */
 bool ss_room_poll(struct ss_ctx *ctx)
 {
-	ss_room_wait(ctx);
+	ss_room_list(ctx);
 	/* The list, then the room: pairs with ss_user_wake(). */
 	smp_mb();
 	if (ss_room(ctx))
@@ -409,9 +440,9 @@ bool ss_room_poll(struct ss_ctx *ctx)
 void ss_room_refused(struct ss_ctx *ctx, u64 need)
 {
 	WRITE_ONCE(ctx->room_want, need);
-	ss_room_wait(ctx);
+	ss_room_list(ctx);
 	/* Memory that came back before it was on the list, or a smaller need. */
-	ss_user_wake(ctx->user);
+	ss_room_wake_one(ctx);
 }
 
 /**
@@ -425,7 +456,7 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
 void ss_room_got(struct ss_ctx *ctx)
 {
 	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
-		ss_user_wake(ctx->user);
+		ss_room_wake_one(ctx);
 }
 
 /* At close, when no poller is left: off the user's list. */

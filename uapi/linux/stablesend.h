@@ -90,11 +90,12 @@
  * limit lowered since is not waited for).  The fd has one wait queue, so
  * select(2), poll(2), epoll(7), io_uring's IORING_OP_POLL_ADD and aio's
  * IOCB_CMD_POLL all work.  A wake-up that carries EPOLLOUT is sent only
- * when that much was free (another open of the user's may take it first:
- * a resubmission can still meet EAGAIN), and, as a socket's write space,
- * once after each time room was found missing, by a poll or by a request
- * refused for memory: an edge-triggered or multishot poller waits after
- * an EAGAIN, not after a request that went.  The
+ * when EPOLLOUT's amount was free (another open of the user's may take it
+ * first: a resubmission can still meet EAGAIN), and, as for a socket's
+ * write space, once after each time a poll for EPOLLOUT or a request
+ * refused for memory found it missing.  So with edge-triggered epoll or a
+ * multishot POLL_ADD, wait for EPOLLOUT only after a submission failed
+ * with EAGAIN; a successful submission does not re-arm it.  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
