@@ -369,7 +369,12 @@ bool ss_room(struct ss_ctx *ctx)
 	if (ctx->unbounded)
 		return true;
 	busy = atomic64_read(&u->held);
-	/* Pool takes and trims lower @pooled first: never too little. */
+	/*
+	 * Pool takes and trims lower @pooled first, so they never make busy
+	 * look too little.  A request charged and freed to a pool between
+	 * the two reads can: a rare EPOLLOUT too early, whose resubmission
+	 * meets EAGAIN and waits again.
+	 */
 	smp_rmb();
 	busy = max_t(s64, 0, busy - atomic64_read(&u->pooled));
 	return busy + ss_room_for(want, limit) <= limit;
@@ -388,7 +393,7 @@ static void ss_room_list(struct ss_ctx *ctx)
 	spin_unlock(&u->poll_lock);
 }
 
-/* @ctx's own wait changed (ss_room_refused(), ss_room_got()): look at it alone. */
+/* @ctx's own wait changed (ss_room_refused(), ss_room_got()): it alone. */
 static void ss_room_wake_one(struct ss_ctx *ctx)
 {
 	struct ss_user *u = ctx->user;
@@ -421,7 +426,7 @@ static void ss_room_wake_one(struct ss_ctx *ctx)
 bool ss_room_poll(struct ss_ctx *ctx)
 {
 	ss_room_list(ctx);
-	/* The list, then the room: pairs with ss_user_wake(). */
+	/* The list, then the room: pairs with ss_user_wake(), ss_room_wake_one(). */
 	smp_mb();
 	if (ss_room(ctx))
 		return true;

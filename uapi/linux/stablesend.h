@@ -90,12 +90,13 @@
  * limit lowered since is not waited for).  The fd has one wait queue, so
  * select(2), poll(2), epoll(7), io_uring's IORING_OP_POLL_ADD and aio's
  * IOCB_CMD_POLL all work.  A wake-up that carries EPOLLOUT is sent only
- * when EPOLLOUT's amount was free (another open of the user's may take it
- * first: a resubmission can still meet EAGAIN), and, as for a socket's
- * write space, once after each time a poll for EPOLLOUT or a request
- * refused for memory found it missing.  So with edge-triggered epoll or a
- * multishot POLL_ADD, wait for EPOLLOUT only after a submission failed
- * with EAGAIN; a successful submission does not re-arm it.  The
+ * when the amount EPOLLOUT waits for (above) was seen free (another open
+ * of the user's, or a request racing the look, may take it first: a
+ * resubmission can still be refused), and, as for a socket's write space,
+ * once after each time a poll for EPOLLOUT or a refused request found it
+ * missing.  So with edge-triggered epoll or a multishot POLL_ADD, wait
+ * for EPOLLOUT only after a submission failed with EAGAIN or returned a
+ * short count; a successful submission does not re-arm it.  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
