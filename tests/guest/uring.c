@@ -469,6 +469,115 @@ static void poll_multishot(void)
 	fixture_exit(&f);
 }
 
+struct blocked_reader {
+	int dev;
+	_Atomic pid_t tid;
+	ssize_t got;
+};
+
+/* Blocks in read() of the device fd until a record comes. */
+static void *blocked_read_fn(void *arg)
+{
+	struct blocked_reader *br = arg;
+	struct stablesend_cqe rec;
+
+	atomic_store(&br->tid, (pid_t)syscall(SYS_gettid));
+	br->got = read(br->dev, &rec, sizeof(rec));
+	return NULL;
+}
+
+/* A thread's voluntary context switches (its sleeps), or -1. */
+static long sleeps(pid_t tid)
+{
+	char path[64], line[128];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A thread blocked in read() for records sleeps on while the open's
+ * memory comes back to a command the ring was refused (the open's
+ * pollers get EPOLLOUT then): ring commands post no records, so it has
+ * nothing to wake for until a SUBMIT's SENT record.
+ */
+static void reader_quiet(void)
+{
+	struct blocked_reader br = { .got = -2 };
+	struct stablesend_req q;
+	struct pollfd p;
+	struct fixture f;
+	long before, after;
+	int round, i, eagain = 0, got, refused;
+	struct io_uring_cqe cqe;
+	pthread_t th;
+
+	fixture_init(&f, 1 << 20, 'r', 1 << 20, 16);
+	br.dev = f.dev;
+	REQUIRE(!pthread_create(&th, NULL, blocked_read_fn, &br), "pthread_create");
+	while (!atomic_load(&br.tid))
+		usleep(1000);
+	usleep(200000);		/* asleep in read() */
+	before = sleeps(br.tid);
+	for (round = 0; round < 5; round++) {
+		for (i = 0; i < 5; i++) {
+			q = ss_req(f.file, f.a, (i & 3) << 18, 1 << 18, i);
+			REQUIRE(submit_one(&f.r, f.dev, &q, i, 0) == 1, "io_uring_enter");
+		}
+		/* The fifth is refused: 4 x 256 KiB hold the 1 MiB. */
+		got = 0;
+		refused = 0;
+		while (!refused && !ring_wait(&f.r, &cqe, 10000)) {
+			if (cqe.res == -EAGAIN)
+				refused = 1;
+			else
+				got += cqe.res == 1 << 18;
+		}
+		eagain += refused;
+		CHECK(read_full(f.b, f.buf, 1 << 20) == 1 << 20, "read 1 MiB");
+		while (got < 4 && !ring_wait(&f.r, &cqe, 10000))
+			got += cqe.res == 1 << 18;
+		CHECK(got == 4, "round %d: %d of 4 commands sent", round, got);
+		p = (struct pollfd){ .fd = f.dev, .events = POLLOUT };
+		CHECK(poll(&p, 1, 10000 * ss_debug_scale(4)) == 1 && p.revents & POLLOUT,
+		      "round %d: no POLLOUT once the memory came back", round);
+		/* All of it, for the next round's four. */
+		for (i = 0; i < 1000; i++) {
+			struct stablesend_counters c;
+
+			ss_counters(f.dev, &c);
+			if (!c.mem_in_use)
+				break;
+			usleep(10000);
+		}
+		CHECK(i < 1000, "round %d: memory still in use after 10 s", round);
+	}
+	usleep(100000);
+	after = sleeps(br.tid);
+	CHECK(eagain == 5, "%d of 5 rounds refused a command", eagain);
+	CHECK(before >= 0 && after - before <= 1,
+	      "a reader blocked in read() woke %ld times in 5 rounds of memory coming back",
+	      after - before);
+	printf("reader blocked in read(): %ld wake-ups in 5 rounds of memory coming back\n",
+	       after - before);
+	/* A record ends its read(). */
+	q = ss_req(f.file, f.a, 0, 4096, 99);
+	REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 4 KiB");
+	pthread_join(th, NULL);
+	CHECK(br.got == sizeof(struct stablesend_cqe), "read() of a record: %zd", br.got);
+	CHECK(read_full(f.b, f.buf, 4096) == 4096, "read 4 KiB");
+	fixture_exit(&f);
+}
+
 /* One command with STABLESEND_URING_F_WAIT (no wait for its CQE). */
 static void submit_wait(struct ring *r, int dev, const struct stablesend_req *req,
 			__u64 ud)
@@ -1010,6 +1119,7 @@ int main(int argc, char **argv)
 	eagain();
 	poll_add();
 	poll_multishot();
+	reader_quiet();
 	wait_memory();
 	send_behind();
 	release_cqe();
