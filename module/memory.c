@@ -103,13 +103,17 @@ static void ss_free_list(struct list_head *pages)
 }
 
 /*
- * Wake all pollers of @ctx, just taken off its user's list with room (an
- * exclusive one, EPOLLEXCLUSIVE, may not be the one to use it).  io_uring
- * and aio take EPOLLOUT from the wake-up's key without polling again, so
- * it is only sent with room.
+ * Under user->poll_lock, @ctx on its user's list: if a request fits now,
+ * take it off and wake all its pollers (an exclusive one, EPOLLEXCLUSIVE,
+ * may not be the one to use the room).  io_uring and aio take EPOLLOUT
+ * from the wake-up's key without polling again, so it is only sent with
+ * room.
  */
 static void ss_room_wake(struct ss_ctx *ctx)
 {
+	if (!ss_room(ctx))
+		return;
+	list_del_init(&ctx->poll_node);
 	if (wq_has_sleeper(&ctx->cq_wait))
 		__wake_up(&ctx->cq_wait, TASK_INTERRUPTIBLE, 0,
 			  poll_to_key(EPOLLOUT | EPOLLWRNORM));
@@ -117,7 +121,7 @@ static void ss_room_wake(struct ss_ctx *ctx)
 
 /*
  * The user's memory changed: the opens on its list that have room now
- * come off it, and their pollers are woken (ss_room_wake()).
+ * come off it, and their pollers are woken.
  */
 static void ss_user_wake(struct ss_user *u)
 {
@@ -131,12 +135,8 @@ static void ss_user_wake(struct ss_user *u)
 	if (list_empty_careful(&u->pollers))
 		return;
 	spin_lock(&u->poll_lock);
-	list_for_each_entry_safe(ctx, tmp, &u->pollers, poll_node) {
-		if (!ss_room(ctx))
-			continue;
-		list_del_init(&ctx->poll_node);
+	list_for_each_entry_safe(ctx, tmp, &u->pollers, poll_node)
 		ss_room_wake(ctx);
-	}
 	spin_unlock(&u->poll_lock);
 }
 
@@ -403,10 +403,8 @@ static void ss_room_wake_one(struct ss_ctx *ctx)
 	if (list_empty_careful(&ctx->poll_node))
 		return;
 	spin_lock(&u->poll_lock);
-	if (!list_empty(&ctx->poll_node) && ss_room(ctx)) {
-		list_del_init(&ctx->poll_node);
+	if (!list_empty(&ctx->poll_node))
 		ss_room_wake(ctx);
-	}
 	spin_unlock(&u->poll_lock);
 }
 
