@@ -354,18 +354,6 @@ static void eagain(void)
 	fixture_exit(&f);
 }
 
-/* IORING_OP_POLL_ADD of @events on @fd, submitted alone. */
-static void poll_sqe(struct ring *r, int fd, unsigned int events, __u64 ud)
-{
-	struct io_uring_sqe *sqe = ring_sqe(r);
-
-	sqe->opcode = IORING_OP_POLL_ADD;
-	sqe->fd = fd;
-	sqe->poll32_events = events;
-	sqe->user_data = ud;
-	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter POLL_ADD");
-}
-
 /*
  * The device fd polled through the ring (IORING_OP_POLL_ADD), as a ring
  * user told EAGAIN would wait for memory: POLLOUT at once on a fresh
@@ -382,11 +370,11 @@ static void poll_add(void)
 	int res;
 
 	fixture_init(&f, 1 << 20, 'p', 1 << 20, 8);
-	poll_sqe(&f.r, f.dev, POLLOUT, 1);
+	poll_sqe(&f.r, f.dev, POLLOUT, 0, 1);
 	res = cqe_res(&f.r, 1, 10000);
 	CHECK(res > 0 && (res & POLLOUT), "POLL_ADD POLLOUT on a fresh open: %d", res);
 
-	poll_sqe(&f.r, f.dev, POLLIN, 2);
+	poll_sqe(&f.r, f.dev, POLLIN, 0, 2);
 	CHECK(cqe_res(&f.r, 2, 200) == -ETIME, "POLL_ADD POLLIN with no record");
 	q = ss_req(f.file, f.a, 0, 4096, 3);
 	REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 4 KiB");
@@ -398,7 +386,7 @@ static void poll_add(void)
 	/* The whole limit to a peer that reads nothing yet (waits for the 4 KiB). */
 	q = ss_req(f.file, f.a, 0, 1 << 20, 4);
 	REQUIRE(ss_submit(f.dev, &q, 1) == 1, "SUBMIT 1 MiB");
-	poll_sqe(&f.r, f.dev, POLLOUT, 5);
+	poll_sqe(&f.r, f.dev, POLLOUT, 0, 5);
 	CHECK(cqe_res(&f.r, 5, 200) == -ETIME, "POLL_ADD POLLOUT with the limit in use");
 	CHECK(read_full(f.b, f.buf, 1 << 20) == 1 << 20, "read 1 MiB");
 	res = cqe_res(&f.r, 5, 10000 * ss_debug_scale(4));
@@ -434,20 +422,12 @@ static int multishot_seen(struct ring *r, __u64 ud, int ms)
  */
 static void poll_multishot(void)
 {
-	struct io_uring_sqe *sqe;
 	struct stablesend_req q;
 	struct fixture f;
 	int round, ok = 0, fl;
 
 	fixture_init(&f, 1 << 20, 'M', 1 << 20, 8);
-	sqe = ring_sqe(&f.r);
-	REQUIRE(sqe, "SQ ring full");
-	sqe->opcode = IORING_OP_POLL_ADD;
-	sqe->fd = f.dev;
-	sqe->poll32_events = POLLOUT;
-	sqe->len = IORING_POLL_ADD_MULTI;
-	sqe->user_data = 9;
-	REQUIRE(ring_submit(&f.r, 0) == 1, "io_uring_enter POLL_ADD");
+	poll_sqe(&f.r, f.dev, POLLOUT, IORING_POLL_ADD_MULTI, 9);
 	CHECK(multishot_seen(&f.r, 9, 10000) >= 1, "no POLLOUT on a fresh open");
 	fl = fcntl(f.dev, F_GETFL);
 	REQUIRE(fl >= 0 && !fcntl(f.dev, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");

@@ -143,4 +143,18 @@ static inline int ring_wait(struct ring *r, struct io_uring_cqe *out, int timeou
 	}
 }
 
+/* IORING_OP_POLL_ADD of @events on @fd (@flags: IORING_POLL_ADD_*), submitted alone. */
+static inline void poll_sqe(struct ring *r, int fd, unsigned int events,
+			    unsigned int flags, __u64 ud)
+{
+	struct io_uring_sqe *sqe = ring_sqe(r);
+
+	sqe->opcode = IORING_OP_POLL_ADD;
+	sqe->fd = fd;
+	sqe->poll32_events = events;
+	sqe->len = flags;
+	sqe->user_data = ud;
+	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter POLL_ADD");
+}
+
 #endif /* STABLESEND_TEST_URING_H */

@@ -583,14 +583,9 @@ static void pollers_exit(struct pollers *p)
 
 static void pollers_arm(struct pollers *p, int dev)
 {
-	struct io_uring_sqe *sqe = ring_sqe(&p->r);
 	struct iocb *cbs[1] = { &p->cb };
 
-	REQUIRE(sqe, "SQ ring full");
-	sqe->opcode = IORING_OP_POLL_ADD;
-	sqe->fd = dev;
-	sqe->poll32_events = POLLOUT;
-	REQUIRE(ring_submit(&p->r, 0) == 1, "io_uring_enter POLL_ADD");
+	poll_sqe(&p->r, dev, POLLOUT, 0, 0);
 	p->ring_armed = true;
 	memset(&p->cb, 0, sizeof(p->cb));
 	p->cb.aio_lio_opcode = IOCB_CMD_POLL;
