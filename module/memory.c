@@ -44,9 +44,9 @@ struct ss_user {
 	spinlock_t lock;		/* @idle; taken before ctx->lock */
 	struct list_head idle;		/* its opens with idle pages, by ctx->idle_node */
 	atomic64_t held;		/* bytes: requests' charges plus pools */
-	atomic64_t pooled;		/* of which idle on pools */
-	atomic_t returns;		/* bumped whenever pages come back */
-	atomic_t waiting;		/* submitters waiting for @held to fall */
+	atomic64_t busy;		/* of which requests' charges */
+	atomic_t returns;		/* bumped when @held may have room */
+	atomic_t waiting;		/* blocking submitters @held has no room for */
 	wait_queue_head_t wait;		/* them */
 	spinlock_t poll_lock;		/* @pollers */
 	struct list_head pollers;	/* opens waiting for room, by ctx->poll_node */
@@ -61,8 +61,8 @@ struct ss_user {
  * Users with an open.  Lock order: ss_users_lock, user->lock, ctx->lock,
  * with ss_inflight_lock (completion.c) before user->lock; nothing
  * allocates or sleeps under any of them.  user->poll_lock nests under
- * ss_users_lock, user->lock, ss_inflight_lock and the shrinker's list_lru
- * lock (never the other way).  Under it an open's wait queue is woken:
+ * ss_users_lock and ss_inflight_lock (never the other way), and no module
+ * lock nests under it.  Under it an open's wait queue is woken:
  * the pollers' callbacks (epoll's, io_uring's, aio's, poll's) take their
  * own locks and the scheduler's, queue work or task work, never call into
  * the module (aio's completion defers the last fput()).
@@ -120,17 +120,14 @@ static void ss_room_wake(struct ss_ctx *ctx)
 }
 
 /*
- * The user's memory changed: the opens on its list that have room now
- * come off it, and their pollers are woken.
+ * The user's requests gave memory back, or the limit changed: the opens
+ * on its list that have room now come off it, and their pollers are woken.
  */
 static void ss_user_wake(struct ss_user *u)
 {
 	struct ss_ctx *ctx, *tmp;
 
-	/*
-	 * The change before the look at the list: pairs with ss_room_poll().
-	 * ss_user_returned() counts on it even when the list is empty.
-	 */
+	/* The change before the look at the list: pairs with ss_room_poll(). */
 	smp_mb();
 	if (list_empty_careful(&u->pollers))
 		return;
@@ -140,23 +137,24 @@ static void ss_user_wake(struct ss_user *u)
 	spin_unlock(&u->poll_lock);
 }
 
-/* Pages of the user's came back, freed or pooled: wake whoever waits. */
+/*
+ * @held fell (or @busy, or the limit changed): wake the submitters waiting
+ * for the user's memory.
+ */
 static void ss_user_returned(struct ss_user *u)
 {
-	/* A waiter that sees the new count sees the new @held too. */
-	smp_mb__before_atomic();
-	atomic_inc(&u->returns);
-	ss_user_wake(u);
-	/* After ss_user_wake()'s barrier, as wq_has_sleeper() would be. */
+	/* Fully ordered: a waiter that sees the new count sees the change. */
+	atomic_inc_return(&u->returns);
+	/* After it, as wq_has_sleeper(): the change before the look. */
 	if (waitqueue_active(&u->wait))
 		wake_up_interruptible_all(&u->wait);
 }
 
+/* Idle pool pages were freed: no request's charge, so no poller's room. */
 static void ss_user_uncharge(struct ss_user *u, u64 bytes)
 {
 	if (!bytes)
 		return;
-	smp_mb__before_atomic();	/* the pools' @pooled first: ss_room() */
 	atomic64_sub(bytes, &u->held);
 	ss_user_returned(u);
 }
@@ -179,7 +177,6 @@ static bool ss_user_try_charge(struct ss_user *u, u64 bytes, u64 limit)
 static void ss_pool_account(struct ss_ctx *ctx, s64 bytes)
 {
 	ctx->pooled += bytes;
-	atomic64_add(bytes, &ctx->user->pooled);
 	atomic64_add(bytes, &stablesend_stats[SS_POOL_IDLE_BYTES]);
 }
 
@@ -239,9 +236,9 @@ static void ss_idle_emptied(struct ss_ctx *ctx)
  * Free idle pool pages of @u's opens, @want bytes or a little more, other
  * opens' before @own's.  An open is put on the idle list with pages and
  * taken off when a walk finds it empty, so a walk is bounded by @want plus
- * the opens emptied since the last one.  Returns the bytes freed.
+ * the opens emptied since the last one.
  */
-static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
+static void ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 {
 	struct ss_ctx *ctx, *tmp;
 	LIST_HEAD(pages);
@@ -265,7 +262,6 @@ static u64 ss_user_trim(struct ss_user *u, struct ss_ctx *own, u64 want)
 	spin_unlock(&u->lock);
 	ss_free_list(&pages);
 	ss_user_uncharge(u, got);
-	return got;
 }
 
 /*
@@ -277,6 +273,60 @@ static int ss_sender_back(struct ss_sender *sender, int err)
 	if (err)
 		return -ERESTARTSYS;
 	return sender ? ss_sender_enter(sender) : 0;
+}
+
+/*
+ * ss_user_reserve()'s slow path: @need did not fit under @u's @held.
+ * Gives back idle pool pages of the user's opens if the requests leave
+ * room for @need, else waits (or fails) until they do.  Returns 0 with
+ * @need charged to @held, or -errno.
+ */
+static int ss_user_charge_slow(struct ss_ctx *ctx, u64 need, bool nonblock,
+			       struct ss_sender *sender)
+{
+	struct ss_user *u = ctx->user;
+	int seen, err;
+	u64 limit;
+	s64 held;
+
+	for (;;) {
+		seen = atomic_read_acquire(&u->returns);
+		limit = READ_ONCE(stablesend_user_limit);
+		if (need > limit)
+			return -EMSGSIZE;	/* the bound was lowered */
+		if (ss_user_try_charge(u, need, limit))
+			return 0;
+		/*
+		 * Idle pages make room if the requests leave enough.  (One
+		 * charged but not yet in @busy can make us trim for nothing.)
+		 * Look again even if there was nothing to trim or the trim
+		 * found none: a pool take lowers @held under the lock of the
+		 * open it took from, without a word to us, and the trim took
+		 * that lock after it, found the page still pooled or stopped
+		 * early, having freed (and said, ss_user_uncharge()) enough.
+		 */
+		if (atomic64_read(&u->busy) + need <= limit) {
+			held = atomic64_read(&u->held);
+			if (held + need > limit)
+				ss_user_trim(u, ctx, held + need - limit);
+			if (ss_user_try_charge(u, need, limit))
+				return 0;
+		}
+		if (nonblock) {
+			ss_user_starved(ctx);
+			return -EAGAIN;
+		}
+		err = ss_sender_pause(sender);
+		if (err)
+			return err;
+		ss_user_waits(ctx, 1);
+		err = wait_event_interruptible(u->wait,
+					       atomic_read(&u->returns) != seen);
+		ss_user_waits(ctx, -1);
+		err = ss_sender_back(sender, err);
+		if (err)
+			return err;	/* nothing queued: restartable */
+	}
 }
 
 /**
@@ -293,47 +343,26 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender)
 {
 	struct ss_user *u = ctx->user;
-	s64 busy, held;
-	int seen, err;
-	u64 limit;
+	int err;
 
 	if (ctx->unbounded) {
 		atomic64_add(need, &u->held);
-		goto charged;
-	}
-	for (;;) {
-		seen = atomic_read_acquire(&u->returns);
-		limit = READ_ONCE(stablesend_user_limit);
-		if (need > limit)
-			return -EMSGSIZE;	/* the bound was lowered */
-		if (ss_user_try_charge(u, need, limit))
-			goto charged;
-		/* Idle pages make room only if the rest leaves enough. */
-		held = atomic64_read(&u->held);
-		busy = held - atomic64_read(&u->pooled);
-		if (busy + need <= limit && held + need > limit &&
-		    ss_user_trim(u, ctx, held + need - limit) &&
-		    ss_user_try_charge(u, need, limit))
-			goto charged;
-		if (nonblock) {
-			ss_user_starved(ctx);
-			return -EAGAIN;
-		}
-		err = ss_sender_pause(sender);
+	} else if (!ss_user_try_charge(u, need,
+				       READ_ONCE(stablesend_user_limit))) {
+		/* Pages that come back meanwhile are freed, not pooled. */
+		if (!nonblock)
+			atomic_inc(&u->waiting);
+		err = ss_user_charge_slow(ctx, need, nonblock, sender);
+		if (!nonblock)
+			atomic_dec(&u->waiting);
 		if (err)
 			return err;
-		/* Pages that come back are freed, not pooled, while we wait. */
-		atomic_inc(&u->waiting);
-		ss_user_waits(ctx, 1);
-		err = wait_event_interruptible(u->wait,
-					       atomic_read(&u->returns) != seen);
-		ss_user_waits(ctx, -1);
-		atomic_dec(&u->waiting);
-		err = ss_sender_back(sender, err);
-		if (err)
-			return err;	/* nothing queued: restartable */
 	}
-charged:
+	/*
+	 * What poll() sees (ss_room()).  One that looks before this line
+	 * sees room the request has just taken: its resubmission is refused.
+	 */
+	atomic64_add(need, &u->busy);
 	if (READ_ONCE(u->starved))
 		WRITE_ONCE(u->starved, false);
 	return 0;
@@ -361,23 +390,13 @@ bool ss_room(struct ss_ctx *ctx)
 	u64 limit = READ_ONCE(stablesend_user_limit);
 	u64 mem_limit = READ_ONCE(ctx->mem_limit);
 	unsigned long want = READ_ONCE(ctx->room_want);
-	struct ss_user *u = ctx->user;
-	s64 busy;
 
 	if (READ_ONCE(ctx->mem_used) + ss_room_for(want, mem_limit) > mem_limit)
 		return false;
 	if (ctx->unbounded)
 		return true;
-	busy = atomic64_read(&u->held);
-	/*
-	 * Pool takes and trims lower @pooled first, so they never make busy
-	 * look too little.  A request charged and freed to a pool between
-	 * the two reads can: a rare EPOLLOUT too early, whose resubmission
-	 * meets EAGAIN and waits again.
-	 */
-	smp_rmb();
-	busy = max_t(s64, 0, busy - atomic64_read(&u->pooled));
-	return busy + ss_room_for(want, limit) <= limit;
+	return atomic64_read(&ctx->user->busy) + ss_room_for(want, limit) <=
+	       limit;
 }
 
 /* Put @ctx on its user's list of opens waiting for room, if not on it. */
@@ -413,7 +432,8 @@ static void ss_room_wake_one(struct ss_ctx *ctx)
  * @ctx:	the open, its queue given to the poll table
  *
  * The open waits on its user's list: memory of any open of the user's
- * coming back wakes its pollers once a request fits, and takes it off.  So
+ * coming back (or user_limit changing) wakes its pollers once a request
+ * fits, and takes it off.  So
  * the open has one wait queue (aio's IOCB_CMD_POLL takes no more).  As
  * with a socket's write space, a poller that is not polled again (io_uring's
  * multishot) is woken again only after someone found no room again: a
@@ -541,16 +561,14 @@ struct page *ss_get_page(struct ss_ctx *ctx, unsigned int order)
 	if (page) {
 		list_del(&page->lru);
 		ss_pool_account(ctx, -(s64)(PAGE_SIZE << order));
+		/*
+		 * The request's charge covers it from now on: the room pollers
+		 * see (@busy) is the same.  Under the lock, so that a trim that
+		 * misses the page sees @held without it (ss_user_charge_slow()).
+		 */
+		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
 		emptied = !ctx->pooled;
 		spin_unlock(&ctx->lock);
-		/*
-		 * The request's charge covers it from now on.  The room others
-		 * see (held less pooled) is the same, but a poller that read
-		 * @held before and @pooled after saw it a chunk short.
-		 */
-		smp_mb__before_atomic();	/* @pooled first: ss_room() */
-		atomic64_sub(PAGE_SIZE << order, &ctx->user->held);
-		ss_user_wake(ctx->user);
 		if (emptied)
 			ss_idle_emptied(ctx);
 		return page;
@@ -651,8 +669,11 @@ u64 ss_req_free_pages(struct ss_req *req, unsigned int end)
 	spin_unlock(&u->lock);
 	/* Pooled pages stay the user's (ubytes >= pooled); waiters trim them. */
 	atomic64_sub(ubytes - pooled, &u->held);
-	if (ubytes || bytes)
+	atomic64_sub(ubytes, &u->busy);
+	if (ubytes)
 		ss_user_returned(u);
+	if (ubytes || bytes)
+		ss_user_wake(u);
 	if (bytes)
 		wake_up_interruptible_all(&ctx->mem_wait);
 	ss_free_list(&freed);
@@ -775,7 +796,7 @@ void ss_user_detach(struct ss_ctx *ctx)
 		hash_del(&u->node);
 	spin_unlock(&ss_users_lock);
 	if (last) {
-		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->pooled));
+		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->busy));
 		kfree(u);
 	}
 }
@@ -966,10 +987,12 @@ static int ss_user_limit_set(const char *val, const struct kernel_param *kp)
 	else if (limit < PAGE_SIZE)
 		return -EINVAL;
 	WRITE_ONCE(stablesend_user_limit, limit);
-	/* Waiters look again: more room, or a request now too large. */
+	/* Waiters and pollers look again: more room, or a request too large. */
 	spin_lock(&ss_users_lock);
-	hash_for_each(ss_users, bkt, u, node)
+	hash_for_each(ss_users, bkt, u, node) {
 		ss_user_returned(u);
+		ss_user_wake(u);
+	}
 	spin_unlock(&ss_users_lock);
 	return 0;
 }

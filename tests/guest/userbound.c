@@ -15,7 +15,8 @@
  * - poll() says POLLOUT once a request refused for memory fits, and
  *   not before (at least a 64 KiB chunk free); so do io_uring's POLL_ADD
  *   and aio's IOCB_CMD_POLL, which take the event from the wake-up itself,
- *   and an edge-triggered epoll;
+ *   and an edge-triggered epoll; a change of user_limit that makes room
+ *   wakes them all;
  * - idle pool pages of an open still in use go back to the kernel under
  *   reclaim (drop_caches runs the shrinkers);
  * - a SEND that waits for the user's memory while the same thread's own
@@ -784,6 +785,106 @@ static void poll_refused(int file)
 	free(buf);
 }
 
+/*
+ * The pollers of a refused request (io_uring's POLL_ADD, aio's
+ * IOCB_CMD_POLL and an edge-triggered epoll, which none has said yet) and
+ * what wakes them, as nobody, with one open holding memory for a peer
+ * that does not read; root changes user_limit when told through @go.
+ * Returns the pollers that said POLLOUT within 5 s of the change.
+ */
+static int limit_round(int dev, struct stablesend_req *big, int go, char cmd)
+{
+	struct pollers pl;
+	int seen;
+
+	CHECK(ss_submit(dev, big, 1) < 0 && errno == EAGAIN,
+	      "%llu KiB refused: %s", (unsigned long long)big->len >> 10,
+	      strerror(errno));
+	pollers_init(&pl);
+	pollers_arm(&pl, dev);
+	seen = pollers_seen(&pl, 200);
+	CHECK(!seen, "POLLOUT (%#x) before user_limit changed", seen);
+	CHECK(write(go, &cmd, 1) == 1, "pipe write");
+	seen |= pollers_seen(&pl, 5000);
+	printf("  user_limit %s: POLLOUT from %s%s%s\n",
+	       cmd == 'r' ? "raised 1 -> 4 MiB, 512 KiB refused" :
+			    "lowered 4 -> 2 MiB, 3 MiB refused",
+	       seen & SEEN_RING ? "io_uring POLL_ADD, " : "",
+	       seen & SEEN_AIO ? "aio IOCB_CMD_POLL, " : "",
+	       seen & SEEN_EPOLL ? "edge-triggered epoll" : "");
+	pollers_exit(&pl);
+	return seen;
+}
+
+/*
+ * A change of user_limit that makes room wakes the pollers.  Under 1 MiB,
+ * all of it in use, 512 KiB is refused: raised to 4 MiB, it fits.  With
+ * 1.5 MiB in use, 3 MiB is refused: lowered to 2 MiB, 3 MiB is no longer
+ * waited for (EMSGSIZE), and a 64 KiB chunk fits.
+ */
+static void poll_limit_changed(int file)
+{
+	int go[2], c, d;
+	pid_t pid;
+	char x;
+
+	REQUIRE(!pipe(go), "pipe");
+	REQUIRE(!write_str(PARAM, "1048576"), "user_limit 1 MiB");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		struct stablesend_req r[4], big, huge;
+		int sub, dev, dev2, fl, seen;
+
+		close(go[0]);
+		become(65534);
+		sub = ss_dev();
+		dev = ss_dev();
+		dev2 = ss_dev();
+		if (ss_setup(sub, -1, 1 << 20) || ss_setup(dev, -1, 1 << 20))
+			_exit(2);
+		fl = fcntl(dev, F_GETFL);
+		if (fl < 0 || fcntl(dev, F_SETFL, fl | O_NONBLOCK) ||
+		    fcntl(dev2, F_SETFL, fl | O_NONBLOCK))
+			_exit(3);
+		unix_pair(&c, &d);
+		for (int i = 0; i < 4; i++)
+			r[i] = ss_req(file, c, i << 18, 1 << 18, i);
+		CHECK(ss_submit(sub, r, 4) == 4, "SUBMIT 4 x 256 KiB: %s",
+		      strerror(errno));
+		big = ss_req(file, c, 1 << 20, 1 << 19, 4);
+		seen = limit_round(dev, &big, go[1], 'r');
+		CHECK(seen == SEEN_ALL,
+		      "a poller without POLLOUT after user_limit went 1 -> 4 MiB (%#x of %#x)",
+		      seen, SEEN_ALL);
+		CHECK(ss_submit(dev, &big, 1) == 1, "512 KiB after the raise: %s",
+		      strerror(errno));
+		/* 1.5 MiB in use now; an open whose own limit is the 4 MiB. */
+		CHECK(ss_setup(dev2, -1, 4 << 20) == 0, "SETUP 4 MiB: %s",
+		      strerror(errno));
+		huge = ss_req(file, c, 2 << 20, 3 << 20, 5);
+		seen = limit_round(dev2, &huge, go[1], 'l');
+		CHECK(seen == SEEN_ALL,
+		      "a poller without POLLOUT after user_limit went 4 -> 2 MiB (%#x of %#x)",
+		      seen, SEEN_ALL);
+		CHECK(ss_submit(dev2, &huge, 1) < 0 && errno == EMSGSIZE,
+		      "3 MiB under a 2 MiB user_limit: %s", strerror(errno));
+		close(dev2);
+		close(dev);
+		close(sub);
+		_exit(test_result());
+	}
+	close(go[1]);
+	while (read(go[0], &x, 1) == 1)
+		REQUIRE(!write_str(PARAM, x == 'r' ? "4194304" : "2097152"),
+			"user_limit %s", x == 'r' ? "4 MiB" : "2 MiB");
+	close(go[0]);
+	child_ok(pid, "pollers woken by a change of user_limit, as nobody");
+	REQUIRE(!write_str(PARAM, "0"), "user_limit back to its default");
+	CHECK(ss_stat_wait("pool_bytes", 0, 20) == 0,
+	      "pool_bytes %lld after the changed limit", ss_stat("pool_bytes"));
+}
+
 /* Idle pool pages of a live open go back under reclaim. */
 static void shrinker(int file)
 {
@@ -844,6 +945,7 @@ int main(void)
 		send_behind_shared_piecemeal(file);
 		poll_low_water(file);
 		poll_refused(file);
+		poll_limit_changed(file);
 		shrinker(file);
 		/* Writing 0 brings the default (the value at load) back. */
 		REQUIRE(!write_str(PARAM, "12345678"), "set user_limit");
