@@ -786,14 +786,15 @@ static void poll_refused(int file)
 }
 
 /*
- * The pollers of a refused request (io_uring's POLL_ADD, aio's
- * IOCB_CMD_POLL and an edge-triggered epoll, which none has said yet) and
- * what wakes them, as nobody, with one open holding memory for a peer
- * that does not read; root changes user_limit when told through @go.
- * Returns the pollers that said POLLOUT within 5 s of the change.
+ * @big is refused on @dev; its pollers (io_uring's POLL_ADD, aio's
+ * IOCB_CMD_POLL and an edge-triggered epoll) say nothing until root,
+ * told through @go, changes user_limit (@cmd: 'r' raise, 'l' lower), and
+ * then POLLOUT, all three within 5 s.  As nobody, with another open
+ * holding memory for a peer that does not read.
  */
-static int limit_round(int dev, struct stablesend_req *big, int go, char cmd)
+static void limit_round(int dev, struct stablesend_req *big, int go, char cmd)
 {
+	const char *change = cmd == 'r' ? "raised 1 -> 4 MiB" : "lowered 4 -> 2 MiB";
 	struct pollers pl;
 	int seen;
 
@@ -806,14 +807,15 @@ static int limit_round(int dev, struct stablesend_req *big, int go, char cmd)
 	CHECK(!seen, "POLLOUT (%#x) before user_limit changed", seen);
 	CHECK(write(go, &cmd, 1) == 1, "pipe write");
 	seen |= pollers_seen(&pl, 5000);
-	printf("  user_limit %s: POLLOUT from %s%s%s\n",
-	       cmd == 'r' ? "raised 1 -> 4 MiB, 512 KiB refused" :
-			    "lowered 4 -> 2 MiB, 3 MiB refused",
+	printf("  user_limit %s, %llu KiB refused: POLLOUT from %s%s%s\n",
+	       change, (unsigned long long)big->len >> 10,
 	       seen & SEEN_RING ? "io_uring POLL_ADD, " : "",
 	       seen & SEEN_AIO ? "aio IOCB_CMD_POLL, " : "",
 	       seen & SEEN_EPOLL ? "edge-triggered epoll" : "");
+	CHECK(seen == SEEN_ALL,
+	      "a poller without POLLOUT after user_limit was %s (%#x of %#x)",
+	      change, seen, SEEN_ALL);
 	pollers_exit(&pl);
-	return seen;
 }
 
 /*
@@ -834,7 +836,7 @@ static void poll_limit_changed(int file)
 	REQUIRE(pid >= 0, "fork");
 	if (!pid) {
 		struct stablesend_req r[4], big, huge;
-		int sub, dev, dev2, fl, seen;
+		int sub, dev, dev2, fl;
 
 		close(go[0]);
 		become(65534);
@@ -853,20 +855,14 @@ static void poll_limit_changed(int file)
 		CHECK(ss_submit(sub, r, 4) == 4, "SUBMIT 4 x 256 KiB: %s",
 		      strerror(errno));
 		big = ss_req(file, c, 1 << 20, 1 << 19, 4);
-		seen = limit_round(dev, &big, go[1], 'r');
-		CHECK(seen == SEEN_ALL,
-		      "a poller without POLLOUT after user_limit went 1 -> 4 MiB (%#x of %#x)",
-		      seen, SEEN_ALL);
+		limit_round(dev, &big, go[1], 'r');
 		CHECK(ss_submit(dev, &big, 1) == 1, "512 KiB after the raise: %s",
 		      strerror(errno));
 		/* 1.5 MiB in use now; an open whose own limit is the 4 MiB. */
 		CHECK(ss_setup(dev2, -1, 4 << 20) == 0, "SETUP 4 MiB: %s",
 		      strerror(errno));
 		huge = ss_req(file, c, 2 << 20, 3 << 20, 5);
-		seen = limit_round(dev2, &huge, go[1], 'l');
-		CHECK(seen == SEEN_ALL,
-		      "a poller without POLLOUT after user_limit went 4 -> 2 MiB (%#x of %#x)",
-		      seen, SEEN_ALL);
+		limit_round(dev2, &huge, go[1], 'l');
 		CHECK(ss_submit(dev2, &huge, 1) < 0 && errno == EMSGSIZE,
 		      "3 MiB under a 2 MiB user_limit: %s", strerror(errno));
 		close(dev2);
