@@ -700,6 +700,63 @@ static void write_summary(const char *path, char (*runs)[128], int nr)
 	fclose(f);
 }
 
+/* A key-ratio column: method over peer (BEST_STABLE: the cell's), figure. */
+#define BEST_STABLE	(-1)
+static const char *const async_head[4] = {
+	"x sendfile", "x splice", "x best stable", "CPU x best stable",
+};
+static const int async_cols[4][3] = {
+	{ SS_ASYNC, SENDFILE, THR }, { SS_ASYNC, SPLICE, THR },
+	{ SS_ASYNC, BEST_STABLE, THR }, { SS_ASYNC, BEST_STABLE, SND },
+};
+static const char *const other_head[4] = {
+	"sync x sendfile", "sync x pread+send", "uring x io_uring", "uring x async",
+};
+static const int other_cols[4][3] = {
+	{ SS_SYNC, SENDFILE, THR }, { SS_SYNC, PREAD, THR },
+	{ SS_URING, URING, THR }, { SS_URING, SS_ASYNC, THR },
+};
+
+/*
+ * One table of key ratios: per run and transport (where the first
+ * column's method ran), four columns of medians' ratios, 4K/64K/1M/8M.
+ */
+static void key_ratios(char (*runs)[128], int nr, const char *title,
+		       const char *const head[4], const int col[4][3])
+{
+	int i, ti, si, w;
+
+	printf("\n===== key ratios: %s, medians, 4K/64K/1M/8M\n", title);
+	printf("%-34s %-9s %-23s %-23s %-23s %-23s\n", "run", "transport",
+	       head[0], head[1], head[2], head[3]);
+	for (i = 0; i < nr; i++)
+		for (ti = 0; ti < NT; ti++) {
+			const char *k = runs[i], *t = trans[ti];
+
+			if (!has_transport(k, t) || !has_method(k, t, col[0][0]))
+				continue;
+			printf("%-34s %-9s", k, t);
+			for (w = 0; w < 4; w++) {
+				char buf[64] = "";
+				size_t o = 0;
+
+				for (si = 0; si < NS; si++) {
+					int m = col[w][0], what = col[w][2];
+					int peer = col[w][1] == BEST_STABLE ?
+						   best_stable(k, t, si) : col[w][1];
+					double r = peer < 0 ? NAN :
+						   med(k, t, si, m, what) /
+						   med(k, t, si, peer, what);
+
+					o += snprintf(buf + o, sizeof(buf) - o, isnan(r) ? "%s-" : "%s%.2f",
+						      si ? "/" : "", r);
+				}
+				printf(" %-23s", buf);
+			}
+			printf("\n");
+		}
+}
+
 int report(int argc, char **argv)
 {
 	const char *plotdir = NULL, *summary = NULL;
@@ -759,68 +816,10 @@ int report(int argc, char **argv)
 	if (summary)
 		write_summary(summary, runs, nr);
 	distortion(runs, nr);
-	printf("\n===== key ratios: stablesend-async / peer (throughput; CPU: sender ns/B), medians, 4K/64K/1M/8M\n");
-	printf("%-34s %-9s %-23s %-23s %-23s %-23s\n", "run", "transport",
-	       "x sendfile", "x splice", "x best stable",
-	       "CPU x best stable");
-	for (i = 0; i < nr; i++)
-		for (ti = 0; ti < NT; ti++) {
-			const char *k = runs[i], *t = trans[ti];
-			int si, w;
-
-			if (!has_transport(k, t) || !has_method(k, t, SS_ASYNC))
-				continue;
-			printf("%-34s %-9s", k, t);
-			for (w = 0; w < 4; w++) {
-				char buf[64] = "";
-				size_t o = 0;
-
-				for (si = 0; si < NS; si++) {
-					int what = w == 3 ? SND : THR;
-					int peer = w == 0 ? SENDFILE : w == 1 ? SPLICE :
-						   best_stable(k, t, si);
-					double r = peer < 0 ? NAN :
-						   med(k, t, si, SS_ASYNC, what) /
-						   med(k, t, si, peer, what);
-
-					o += snprintf(buf + o, sizeof(buf) - o, isnan(r) ? "%s-" : "%s%.2f",
-						      si ? "/" : "", r);
-				}
-				printf(" %-23s", buf);
-			}
-			printf("\n");
-		}
-	printf("\n===== key ratios: stablesend-sync and stablesend-uring (throughput), medians, 4K/64K/1M/8M\n");
-	printf("%-34s %-9s %-23s %-23s %-23s %-23s\n", "run", "transport",
-	       "sync x sendfile", "sync x pread+send", "uring x io_uring",
-	       "uring x async");
-	for (i = 0; i < nr; i++)
-		for (ti = 0; ti < NT; ti++) {
-			static const int pair[4][2] = {
-				{ SS_SYNC, SENDFILE }, { SS_SYNC, PREAD },
-				{ SS_URING, URING }, { SS_URING, SS_ASYNC },
-			};
-			const char *k = runs[i], *t = trans[ti];
-			int si, w;
-
-			if (!has_transport(k, t) || !has_method(k, t, SS_SYNC))
-				continue;
-			printf("%-34s %-9s", k, t);
-			for (w = 0; w < 4; w++) {
-				char buf[64] = "";
-				size_t o = 0;
-
-				for (si = 0; si < NS; si++) {
-					double r = med(k, t, si, pair[w][0], THR) /
-						   med(k, t, si, pair[w][1], THR);
-
-					o += snprintf(buf + o, sizeof(buf) - o, isnan(r) ? "%s-" : "%s%.2f",
-						      si ? "/" : "", r);
-				}
-				printf(" %-23s", buf);
-			}
-			printf("\n");
-		}
+	key_ratios(runs, nr, "stablesend-async / peer (throughput; CPU: sender ns/B)",
+		   async_head, async_cols);
+	key_ratios(runs, nr, "stablesend-sync and stablesend-uring (throughput)",
+		   other_head, other_cols);
 	printf("\n===== targets (issues 13, 16, 19; ratios of medians within one run)\n");
 	printf("one-copy bound (x sendfile targets) = 1 / (1 + S/M), S = sendfile's median\n"
 	       "MB/s in that cell, M = that run's module copy speed: a sender that copies\n"
