@@ -117,14 +117,28 @@ struct stat {
 	double med, min, max;
 };
 
+/* Is @r of method @m in run @k, transport @t and (unless 0) size @size? */
+static int rec_in(const struct rec *r, const char *k, const char *t,
+		  unsigned long long size, const char *m)
+{
+	return !strcmp(r->run, k) && !strcmp(r->transport, t) &&
+	       !strcmp(r->method, m) && (!size || r->size == size);
+}
+
+/* @r's figure @what (THR, SENT, SYS, SND or PEAK). */
+static double rec_fig(const struct rec *r, int what)
+{
+	return what == THR ? r->thr : what == SENT ? r->sent :
+	       what == SYS ? r->sys : what == SND ? r->snd : r->peak;
+}
+
 static const struct rec *first_rec(const char *k, const char *t,
 				   unsigned long long size, const char *m)
 {
 	int i;
 
 	for (i = 0; i < nrec; i++)
-		if (!strcmp(recs[i].run, k) && !strcmp(recs[i].transport, t) &&
-		    !strcmp(recs[i].method, m) && (!size || recs[i].size == size))
+		if (rec_in(&recs[i], k, t, size, m))
 			return &recs[i];
 	return NULL;
 }
@@ -140,11 +154,9 @@ static struct stat get(const char *k, const char *t, unsigned long long size,
 		const struct rec *r = &recs[i];
 		double x;
 
-		if (strcmp(r->run, k) || strcmp(r->transport, t) ||
-		    strcmp(r->method, m) || (size && r->size != size))
+		if (!rec_in(r, k, t, size, m))
 			continue;
-		x = what == THR ? r->thr : what == SENT ? r->sent :
-		    what == SYS ? r->sys : what == SND ? r->snd : r->peak;
+		x = rec_fig(r, what);
 		if (!isnan(x))
 			v[s.n++] = x;
 	}
@@ -172,8 +184,7 @@ static void variants(const char *k, const char *t, int si, int m, char *buf,
 	for (i = 0; i < nrec; i++) {
 		const struct rec *r = &recs[i];
 
-		if (strcmp(r->run, k) || strcmp(r->transport, t) ||
-		    strcmp(r->method, meth[m]) || r->size != szv[si] ||
+		if (!rec_in(r, k, t, szv[si], meth[m]) ||
 		    !r->variant[0] || strstr(buf, r->variant))
 			continue;
 		snprintf(buf + strlen(buf), n - strlen(buf), "%s%s",
@@ -379,14 +390,9 @@ static double run_fig(const char *k, const char *t, int si, int m, int what,
 {
 	int i;
 
-	for (i = 0; i < nrec; i++) {
-		const struct rec *r = &recs[i];
-
-		if (r->runno == runno && r->size == szv[si] &&
-		    !strcmp(r->run, k) && !strcmp(r->transport, t) &&
-		    !strcmp(r->method, meth[m]))
-			return what == THR ? r->thr : r->snd;
-	}
+	for (i = 0; i < nrec; i++)
+		if (recs[i].runno == runno && rec_in(&recs[i], k, t, szv[si], meth[m]))
+			return rec_fig(&recs[i], what);
 	return NAN;
 }
 
@@ -422,13 +428,17 @@ static void target_cb(const char *k, const char *t, int si, const char *what,
 {
 	double ratio = b < 0 ? NAN : med(k, t, si, a, f) / med(k, t, si, b, f);
 	double lo = INFINITY, hi = -INFINITY;
-	int runno, nruns = 0, nmet = 0;
+	int i, nruns = 0, nmet = 0;
 	const char *v;
 
-	for (runno = 1; b >= 0 && runno <= 64; runno++) {
-		double x = run_fig(k, t, si, a, f, runno) /
-			   run_fig(k, t, si, b, f, runno);
+	/* Each run of @a's in the cell, against @b's of the same run number. */
+	for (i = 0; b >= 0 && i < nrec; i++) {
+		const struct rec *r = &recs[i];
+		double x;
 
+		if (!rec_in(r, k, t, szv[si], meth[a]))
+			continue;
+		x = rec_fig(r, f) / run_fig(k, t, si, b, f, r->runno);
 		if (isnan(x))
 			continue;
 		nruns++;
