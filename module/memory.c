@@ -46,7 +46,7 @@ struct ss_user {
 	atomic64_t held;		/* bytes: requests' charges plus pools */
 	atomic64_t busy;		/* of which requests' charges */
 	atomic_t returns;		/* bumped when @held may have room */
-	atomic_t waiting;		/* blocking submitters @held has no room for */
+	atomic_t waiting;		/* submitters in the slow path's wait: a hint */
 	wait_queue_head_t wait;		/* them */
 	spinlock_t poll_lock;		/* @pollers */
 	struct list_head pollers;	/* opens waiting for room, by ctx->poll_node */
@@ -143,7 +143,7 @@ static void ss_user_wake(struct ss_user *u)
  */
 static void ss_user_returned(struct ss_user *u)
 {
-	/* Fully ordered: a waiter that sees the new count sees the change. */
+	/* Fully ordered: a waiter's next acquire of it sees the change. */
 	atomic_inc_return(&u->returns);
 	/* After it, as wq_has_sleeper(): the change before the look. */
 	if (waitqueue_active(&u->wait))
@@ -302,8 +302,10 @@ static int ss_user_charge_slow(struct ss_ctx *ctx, u64 need, bool nonblock,
 		 * Look again even if there was nothing to trim or the trim
 		 * found none: a pool take lowers @held under the lock of the
 		 * open it took from, without a word to us, and the trim took
-		 * that lock after it, found the page still pooled or stopped
-		 * early, having freed (and said, ss_user_uncharge()) enough.
+		 * that lock after it (or user->lock after ss_idle_emptied()
+		 * took the open off the idle list), found the page still
+		 * pooled or stopped early, having freed (and said,
+		 * ss_user_uncharge()) enough.
 		 */
 		if (atomic64_read(&u->busy) + need <= limit) {
 			held = atomic64_read(&u->held);
@@ -319,10 +321,17 @@ static int ss_user_charge_slow(struct ss_ctx *ctx, u64 need, bool nonblock,
 		err = ss_sender_pause(sender);
 		if (err)
 			return err;
+		/*
+		 * Pages that come back meanwhile are freed, not pooled.  One
+		 * that misses the mark is pooled; its return still wakes us,
+		 * and the next pass trims it.
+		 */
+		atomic_inc(&u->waiting);
 		ss_user_waits(ctx, 1);
 		err = wait_event_interruptible(u->wait,
 					       atomic_read(&u->returns) != seen);
 		ss_user_waits(ctx, -1);
+		atomic_dec(&u->waiting);
 		err = ss_sender_back(sender, err);
 		if (err)
 			return err;	/* nothing queued: restartable */
@@ -349,12 +358,7 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		atomic64_add(need, &u->held);
 	} else if (!ss_user_try_charge(u, need,
 				       READ_ONCE(stablesend_user_limit))) {
-		/* Pages that come back meanwhile are freed, not pooled. */
-		if (!nonblock)
-			atomic_inc(&u->waiting);
 		err = ss_user_charge_slow(ctx, need, nonblock, sender);
-		if (!nonblock)
-			atomic_dec(&u->waiting);
 		if (err)
 			return err;
 	}

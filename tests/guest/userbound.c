@@ -826,7 +826,7 @@ static void limit_round(int dev, struct stablesend_req *big, int go, char cmd)
  */
 static void poll_limit_changed(int file)
 {
-	int go[2], c, d;
+	int go[2];
 	pid_t pid;
 	char x;
 
@@ -836,7 +836,7 @@ static void poll_limit_changed(int file)
 	REQUIRE(pid >= 0, "fork");
 	if (!pid) {
 		struct stablesend_req r[4], big, huge;
-		int sub, dev, dev2, fl;
+		int sub, dev, dev2, fl, c, d;
 
 		close(go[0]);
 		become(65534);
