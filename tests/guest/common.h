@@ -263,6 +263,18 @@ static inline int read_str(const char *path, char *buf, size_t n)
 	return 0;
 }
 
+/* State of thread @tid of this process ('R', 'S', 'D'...), 0 if unknown. */
+static inline char thread_state(pid_t tid)
+{
+	char path[64], buf[512], *e;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	if (read_str(path, buf, sizeof(buf)))
+		return 0;
+	e = strrchr(buf, ')');
+	return e && e[1] == ' ' ? e[2] : 0;
+}
+
 /* Module-wide counter from /sys/class/misc/stablesend/stats/. */
 static inline long long ss_stat(const char *name)
 {

@@ -38,18 +38,6 @@
 #define B_WAIT		20		/* B gives up after this */
 #define THREAD_STACK	(64 << 10)
 
-/* State of thread @tid of this process ('R', 'S', 'D'...), 0 if unknown. */
-static char thread_state(pid_t tid)
-{
-	char path[64], buf[512], *e;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	if (read_str(path, buf, sizeof(buf)))
-		return 0;
-	e = strrchr(buf, ')');
-	return e && e[1] == ' ' ? e[2] : 0;
-}
-
 /* --- user B: 32 requests over its own sockets ---------------------------- */
 
 struct brx {

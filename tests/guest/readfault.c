@@ -58,13 +58,8 @@ static int asleep_in(pid_t tid, long nr, long alt, int fd)
 {
 	char path[64], text[256];
 	long got_nr, got_fd;
-	const char *p;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-	if (read_text(path, text, sizeof(text)) < 0)
-		return 0;
-	p = strrchr(text, ')');
-	if (!p || p[1] != ' ' || p[2] != 'S')
+	if (thread_state(tid) != 'S')
 		return 0;
 	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
 	if (read_text(path, text, sizeof(text)) < 0)
