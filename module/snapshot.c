@@ -309,7 +309,9 @@ static int ss_copy_user(struct ss_req *req, u64 pos, const void __user *src,
 /*
  * Read up to @flen bytes at @offset of @file into the pages from byte @pos,
  * through the filesystem's own ->read_iter (as copy_splice_read() does), so
- * any filesystem works and nothing past end of file is ever read.
+ * any filesystem works and nothing past end of file is ever read.  Returns
+ * the bytes read (fewer at end of file) or -errno, also when a read failed
+ * after some bytes.
  */
 static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
 			    u64 offset, u64 flen)
@@ -338,8 +340,12 @@ static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
 		iov_iter_advance(&iter, pos);
 		iov_iter_truncate(&iter, end - pos);
 		ret = vfs_iocb_iter_read(file, &kiocb, &iter);
+		/*
+		 * An error after some bytes is no end of file: the bytes
+		 * after them (a trailer) would go out in the wrong place.
+		 */
 		if (ret < 0)
-			return got ? got : ret;
+			return ret;
 		if (!ret)
 			break;
 		got += ret;

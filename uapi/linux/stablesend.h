@@ -186,7 +186,8 @@
  *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
  *	EFAULT	a user pointer (request array, header, trailer) is bad.
  *	ENOMEM	the module could not allocate snapshot pages.
- *	EIO	reading the file failed.
+ *	EIO	reading the file failed, also after part of the range was
+ *		read (nothing is sent).
  *
  * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
  * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM, or
