@@ -192,8 +192,10 @@ int ss_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 			err = inline_issue ? -EINTR : -ECANCELED;
 		/* No memory now: io_uring issues it again from its worker. */
 		if (err == -EAGAIN && (flags & STABLESEND_URING_F_WAIT) &&
-		    inline_issue && !pdu->marked)
+		    inline_issue && !pdu->marked) {
+			stablesend_uring_keep_sqe(cmd, issue_flags);
 			return -EAGAIN;
+		}
 		/* Posted by io_uring, but -EAGAIN would make it retry. */
 		if (!pdu->marked && err != -EAGAIN)
 			return err;

@@ -162,8 +162,9 @@ static inline void stablesend_prep_hdtr(struct stablesend_req *req,
  * first 64 bytes of the SQE are cleared first; set sqe->user_data and
  * sqe->flags afterwards.  @req is read when io_uring issues the command,
  * inside io_uring_enter() for a plain submission: keep it unchanged until
- * then, or until the CQE when IOSQE_ASYNC, a link or SQPOLL may issue it
- * later.  The CQE's res is the bytes sent or -errno (see
+ * then, or until the CQE when IOSQE_ASYNC, a link, SQPOLL or
+ * STABLESEND_URING_F_WAIT may issue it later.  The CQE's res is the bytes
+ * sent or -errno (see
  * <linux/stablesend.h>).
  */
 static inline void stablesend_prep_uring(struct io_uring_sqe *sqe, int dev_fd,

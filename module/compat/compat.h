@@ -261,6 +261,20 @@ static inline void stablesend_uring_watch_exit(void)
 }
 #endif
 
+/*
+ * Before a command returns -EAGAIN for io_uring's worker to issue it again:
+ * make sure that the worker reads the SQE as it was submitted.
+ */
+#if defined(HAVE_IO_URING_CMD_H) && !defined(HAVE_IO_URING_CMD_DATA) && \
+	!defined(HAVE_REQ_F_SQE_COPIED)
+void stablesend_uring_keep_sqe(struct io_uring_cmd *cmd, unsigned int issue_flags);
+#else
+static inline void stablesend_uring_keep_sqe(struct io_uring_cmd *cmd,
+					     unsigned int issue_flags)
+{
+}
+#endif
+
 #ifndef HAVE_IO_URING_CMD_DONE32
 /* Newest: no res2 (that is io_uring_cmd_done32()). */
 static inline void stablesend_uring_cmd_done(struct io_uring_cmd *cmd,

@@ -56,6 +56,12 @@ probe HAVE_IO_URING_CMD_H 'struct io_uring_cmd \{' linux/io_uring/cmd.h
 probe HAVE_IO_URING_SQE_CMD_TYPED '#define io_uring_sqe_cmd\(sqe, type\)' linux/io_uring/cmd.h
 # io_uring_cmd_done() lost its res2 argument to io_uring_cmd_done32().
 probe HAVE_IO_URING_CMD_DONE32 'io_uring_cmd_done32\(' linux/io_uring/cmd.h
+# Where io_uring keeps a command's SQE for its worker itself: at prep
+# (struct io_uring_cmd_data came with that) or when it punts
+# (REQ_F_SQE_COPIED, 7.3).  6.12 copies it at the punt but leaves ->sqe on
+# the SQ entry (compat/uring.c).
+probe HAVE_IO_URING_CMD_DATA 'struct io_uring_cmd_data \{' linux/io_uring/cmd.h
+probe HAVE_REQ_F_SQE_COPIED 'REQ_F_SQE_COPIED' linux/io_uring_types.h
 # Task work callbacks take a struct io_tw_req.
 probe HAVE_IO_TW_REQ 'struct io_tw_req \{' linux/io_uring_types.h
 # 6.7 (93b8cc60c37b, "io_uring: cancelable uring_cmd"): commands io_uring

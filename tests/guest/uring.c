@@ -558,17 +558,25 @@ static void reader_quiet(void)
 	fixture_exit(&f);
 }
 
-/* One command with STABLESEND_URING_F_WAIT (no wait for its CQE). */
-static void submit_wait(struct ring *r, int dev, const struct stablesend_req *req,
-			__u64 ud)
+/* @sqe for @req on @dev with STABLESEND_URING_F_WAIT. */
+static void prep_wait(struct io_uring_sqe *sqe, int dev,
+		      const struct stablesend_req *req, __u64 ud)
+{
+	stablesend_prep_uring(sqe, dev, req);
+	((struct stablesend_uring_cmd *)sqe->cmd)->flags = STABLESEND_URING_F_WAIT;
+	sqe->user_data = ud;
+}
+
+/* One command with STABLESEND_URING_F_WAIT (no wait for its CQE); its SQE. */
+static struct io_uring_sqe *submit_wait(struct ring *r, int dev,
+					const struct stablesend_req *req, __u64 ud)
 {
 	struct io_uring_sqe *sqe = ring_sqe(r);
 
 	REQUIRE(sqe, "SQ ring full");
-	stablesend_prep_uring(sqe, dev, req);
-	((struct stablesend_uring_cmd *)sqe->cmd)->flags = STABLESEND_URING_F_WAIT;
-	sqe->user_data = ud;
+	prep_wait(sqe, dev, req, ud);
 	REQUIRE(ring_submit(r, 0) == 1, "io_uring_enter");
+	return sqe;
 }
 
 /*
@@ -637,6 +645,93 @@ static void wait_memory(void)
 	printf("F_WAIT: C -EAGAIN, B waited in io_uring's worker and sent %zu, D cancelled\n",
 	       len);
 	fixture_exit(&f);
+}
+
+/*
+ * A command with STABLESEND_URING_F_WAIT that io_uring's worker issues
+ * again, once memory is free, sends the request it was submitted with,
+ * although the application reused its SQ entry after io_uring_enter(2)
+ * returned (the entry is the application's then, on every kernel).  The
+ * ring has one worker, kept busy by another command waiting for memory,
+ * so the entry is rewritten before the worker issues the command again.
+ * In a thread of its own: io_uring's workers are per thread, and those of
+ * earlier tests may still be idle, beyond the new limit of one.
+ */
+static void *wait_reused_fn(void *arg)
+{
+	size_t hold = 768 << 10, len = 512 << 10, got = 0;
+	unsigned int workers[2] = { 1, 1 };
+	struct stablesend_req a, w, b, y;
+	int x1, x2, y1, y2, done = 0;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe cqe;
+	double end;
+
+	struct fixture f;
+
+	fixture_init(&f, hold, 'r', hold + len, 8);
+	REQUIRE(syscall(__NR_io_uring_register, f.r.fd,
+			IORING_REGISTER_IOWQ_MAX_WORKERS, workers, 2) == 0,
+		"IORING_REGISTER_IOWQ_MAX_WORKERS: %s", strerror(errno));
+	unix_pair(&x1, &x2);
+	unix_pair(&y1, &y2);
+	a = ss_req(f.file, f.a, 0, hold, 0);
+	w = ss_req(f.file, f.a, 0, len, 0);
+	b = ss_req(f.file, x1, 0, len, 0);
+	y = ss_req(f.file, y1, 0, len, 0);
+	/* A holds 768 KiB of the 1 MiB; W waits for memory in the worker. */
+	REQUIRE(submit_one(&f.r, f.dev, &a, 1, 0) == 1, "io_uring_enter");
+	CHECK(cqe_res(&f.r, 1, 300) == -ETIME, "A completed with the peer not reading");
+	submit_wait(&f.r, f.dev, &w, 2);
+	/* B waits for the worker; meanwhile its SQ entry gets Y. */
+	sqe = submit_wait(&f.r, f.dev, &b, 3);
+	usleep(200000);
+	prep_wait(sqe, f.dev, &y, 4);
+	/* The peer drains A and W: W, then B, get their memory. */
+	CHECK(read_full(f.b, f.buf, hold + len) == hold + len, "the peer of A and W");
+	for (end = now_s() + 10 * ss_debug_scale(4); got < len && now_s() < end;) {
+		struct pollfd p = { .fd = x2, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		n = read(x2, f.buf + got, len - got);
+		if (n <= 0)
+			break;
+		got += n;
+	}
+	CHECK(got == len, "B's peer got %zu of %zu bytes", got, len);
+	CHECK(memchr(f.buf, 0, got) == NULL && (!got || f.buf[got - 1] == 'r'),
+	      "B's bytes are not the file's");
+	while (done < 3 && !ring_wait(&f.r, &cqe, 10000 * ss_debug_scale(4))) {
+		CHECK(cqe.user_data >= 1 && cqe.user_data <= 3 &&
+		      cqe.res == (int)(cqe.user_data == 1 ? hold : len),
+		      "CQE %llu: %d", (unsigned long long)cqe.user_data, cqe.res);
+		done++;
+	}
+	CHECK(done == 3, "%d of A, W and B completed", done);
+	{
+		struct pollfd p = { .fd = y2, .events = POLLIN };
+
+		CHECK(poll(&p, 1, 200) == 0,
+		      "the request of the reused SQ entry (never submitted) was sent");
+	}
+	printf("F_WAIT, SQ entry reused while the command waited for io_uring's worker: "
+	       "its own request sent (%zu bytes)\n", got);
+	close(x1);
+	close(x2);
+	close(y1);
+	close(y2);
+	fixture_exit(&f);
+	return arg;
+}
+
+static void wait_reused(void)
+{
+	pthread_t th;
+
+	REQUIRE(!pthread_create(&th, NULL, wait_reused_fn, NULL), "pthread_create");
+	pthread_join(th, NULL);
 }
 
 /*
@@ -794,6 +889,58 @@ static void cancel(void)
 	close(b);
 	close(file);
 	close(dev);
+}
+
+struct thread_submit {
+	struct fixture *f;
+	struct stablesend_req q;
+	int res;
+};
+
+static void *thread_submit_fn(void *arg)
+{
+	struct thread_submit *t = arg;
+
+	t->res = submit_one(&t->f->r, t->f->dev, &t->q, 1, 0);
+	return NULL;
+}
+
+/*
+ * A thread submits a command larger than its socket holds and exits: the
+ * command is not cancelled (a thread that exits leaves its commands to
+ * the others); once the peer reads, the rest goes out and the CQE says
+ * every byte.
+ */
+static void thread_exit(void)
+{
+	size_t len = 768 << 10, got, i;
+	struct thread_submit t;
+	struct io_uring_cqe cqe;
+	struct fixture f;
+	pthread_t th;
+	int res;
+
+	fixture_init(&f, len, 'e', len, 8);
+	t.f = &f;
+	t.q = ss_req(f.file, f.a, 0, len, 1);
+	REQUIRE(!pthread_create(&th, NULL, thread_submit_fn, &t), "pthread_create");
+	pthread_join(th, NULL);
+	REQUIRE(t.res == 1, "io_uring_enter in the thread: %d", t.res);
+	/* A watcher that took the exit for a cancel would act within 250 ms. */
+	res = ring_wait(&f.r, &cqe, 1000);
+	CHECK(res == -ETIME, "a CQE (%d) after its submitting thread exited, the peer not reading",
+	      res ? 0 : cqe.res);
+	got = read_full(f.b, f.buf, len);
+	for (i = 0; i < got && f.buf[i] == 'e'; i++)
+		;
+	CHECK(got == len && i == got, "the peer got %zu of %zu bytes, %zu of the file's",
+	      got, len, i);
+	if (res == -ETIME) {
+		res = cqe_res(&f.r, 1, 10000 * ss_debug_scale(4));
+		CHECK(res == (int)len, "the command's CQE: %d, want %zu", res, len);
+	}
+	printf("submitting thread exited: its command sent all %zu bytes\n", got);
+	fixture_exit(&f);
 }
 
 /*
@@ -1101,9 +1248,11 @@ int main(int argc, char **argv)
 	poll_multishot();
 	reader_quiet();
 	wait_memory();
+	wait_reused();
 	send_behind();
 	release_cqe();
 	cancel();
+	thread_exit();
 	fixed_file();
 	async_issue();
 	linked();
