@@ -49,6 +49,8 @@
 #define SS_SEND_CHUNK	SZ_1M
 /* Bytes one inline send or task work run sends before it pauses. */
 #define SS_PUMP_BUDGET	SZ_16M
+/* Parked on a full socket: how often to look whether the head's process is gone. */
+#define SS_WATCH_PERIOD	(5 * HZ)
 
 /*
  * Lifetime: @ref counts the requests on the FIFO, queued task work and
@@ -68,6 +70,7 @@ struct ss_sock {
 	struct ss_req *sending;	/* a task is in sendmsg for it */
 	bool parked;		/* head out of space: space notifies its task */
 	bool retry_used;	/* @retry was armed, under @lock */
+	bool watch;		/* @retry only watches the head's process */
 	struct list_head waiters;	/* struct ss_waiter: SEND callers */
 	wait_queue_head_t turn;		/* where they sleep */
 	struct wait_queue_entry wait;	/* on the socket's wait queue */
@@ -75,7 +78,7 @@ struct ss_sock {
 	struct ss_group *group;		/* requests whose pages it took (completion.c) */
 };
 
-/* A synchronous sender waiting on @turn; it sends its own task's requests. */
+/* A synchronous sender waiting on @turn; it sends its process's requests. */
 struct ss_waiter {
 	struct list_head node;
 	struct task_struct *task;
@@ -283,7 +286,8 @@ void ss_sock_put(struct ss_sock *ss)
 	/*
 	 * ...and nothing can arm the timer again.  Only ss_park() arms it,
 	 * holding a reference, after setting @retry_used: the last put's
-	 * acquire ordering (refcount_dec_and_test()) makes that seen here.
+	 * acquire ordering (refcount_dec_and_test()) makes that seen here;
+	 * the timer itself re-arms only while the FIFO has a request.
 	 */
 	if (ss->retry_used)
 		timer_delete_sync(&ss->retry);
@@ -369,14 +373,16 @@ static void ss_queue_tw(struct ss_sock *ss, struct ss_req *req)
 }
 
 /*
- * Is @req @t's to send: its own, or one that an io_uring thread of @t's
- * process issued (those never send), which a SEND caller takes over?
+ * Is @req @t's to send: its own, or an asynchronous one of another thread
+ * of @t's process (an io_uring thread's, which never sends, or one whose
+ * thread has exited or is busy), which a SEND caller takes over rather
+ * than wait for task work that may only run once that SEND returns?
  */
 static bool ss_req_for(struct ss_req *req, struct task_struct *t)
 {
-	return req->task == t ||
-	       ((READ_ONCE(req->task->flags) & (PF_IO_WORKER | PF_USER_WORKER)) &&
-		same_thread_group(req->task, t));
+	if (req->task == t)
+		return true;
+	return !req->sync && same_thread_group(req->task, t);
 }
 
 /*
@@ -391,7 +397,7 @@ static void ss_notify(struct ss_sock *ss)
 	/* Parked: space (or the retry timer) tells the head's task. */
 	if (!req || ss->sending || ss->parked)
 		return;
-	/* A SEND caller sends its own request and its task's earlier ones. */
+	/* A SEND caller sends its own request and its process's earlier ones. */
 	list_for_each_entry(w, &ss->waiters, node) {
 		if (ss_req_for(req, w->task)) {
 			wake_up_all(&ss->turn);
@@ -427,9 +433,53 @@ static int ss_wake(struct wait_queue_entry *wait, unsigned int mode, int sync,
 	return 0;
 }
 
+/* Is @req's process still there to send it (see ss_task_add())? */
+static bool ss_process_alive(struct ss_req *req)
+{
+	struct task_struct *p;
+	bool alive;
+
+	rcu_read_lock();
+	p = pid_task(req->tgid, PIDTYPE_TGID);
+	alive = p && !(READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT);
+	rcu_read_unlock();
+	return alive;
+}
+
 static void ss_retry_fn(struct timer_list *t)
 {
-	ss_unpark(container_of(t, struct ss_sock, retry));
+	struct ss_sock *ss = container_of(t, struct ss_sock, retry);
+	struct ss_req *head;
+
+	spin_lock(&ss->lock);
+	head = ss_head(ss);
+	if (ss->watch && ss->parked && head && ss_process_alive(head)) {
+		mod_timer(&ss->retry, jiffies + SS_WATCH_PERIOD);
+		spin_unlock(&ss->lock);
+		return;
+	}
+	ss->watch = false;
+	spin_unlock(&ss->lock);
+	ss_unpark(ss);
+}
+
+/*
+ * Parked on a full socket, nothing may ever wake us: a peer that keeps it
+ * full may even hold the device fd and this very socket, passed to it
+ * with SCM_RIGHTS, so that neither is ever closed while we hold the
+ * socket.  So look from time to time whether the head's process is gone:
+ * its requests then end (ss_notify(), orphan work), and our hold on the
+ * socket with them.
+ */
+static void ss_watch(struct ss_sock *ss)
+{
+	spin_lock_bh(&ss->lock);
+	if (ss->parked && !timer_pending(&ss->retry)) {
+		ss->retry_used = true;
+		ss->watch = true;
+		mod_timer(&ss->retry, jiffies + SS_WATCH_PERIOD);
+	}
+	spin_unlock_bh(&ss->lock);
 }
 
 static bool ss_writable(struct ss_sock *ss)
@@ -535,8 +585,10 @@ static bool ss_park(struct ss_sock *ss, bool intr, bool *retried)
 	spin_unlock_bh(&ss->lock);
 	/* Parked before the socket state is read; pairs with the waker. */
 	smp_mb();
-	if (!intr && !ss_writable(ss))
+	if (!intr && !ss_writable(ss)) {
+		ss_watch(ss);
 		return false;
+	}
 	spin_lock_bh(&ss->lock);
 	if (!ss->parked) {
 		/* Someone unparked meanwhile and told the head's task. */
@@ -545,6 +597,7 @@ static bool ss_park(struct ss_sock *ss, bool intr, bool *retried)
 	}
 	if (intr || *retried) {
 		ss->retry_used = true;
+		ss->watch = false;
 		mod_timer(&ss->retry, jiffies + 1 +
 			  (intr ? 0 : get_random_u32_below(HZ / 5)));
 		spin_unlock_bh(&ss->lock);
@@ -842,7 +895,7 @@ long ss_sync_send(struct ss_req *req)
 		turn = ss_sync_turn(ss, req);
 		if (turn && (req->state == SS_REQ_DONE || ss_head(ss) == req))
 			break;
-		/* An io_uring thread's request ahead of ours: ours to send. */
+		/* Another thread's request ahead of ours: ours to send. */
 		head = ss_head(ss);
 		if (turn && head->task != current) {
 			old = head->task;
@@ -854,7 +907,7 @@ long ss_sync_send(struct ss_req *req)
 		if (signal_pending(current)) {
 			err = sock_intr_errno(timeo);
 		} else if (turn) {
-			/* Our task's own earlier requests: send them first. */
+			/* Our process's earlier requests: send them first. */
 			ss_pump(ss);
 		} else if (nonblock || !timeo) {
 			err = -EAGAIN;

@@ -10,6 +10,8 @@
  * - the whole process exits while another process holds the device fd:
  *   the request ends where it is: SENT with exactly the bytes the receiver
  *   got (or -ECANCELED when none), never more.
+ * - a SEND of another thread waits behind such a request: it sends it, then
+ *   its own, once the peer reads.
  * Each request is larger than the socket holds, so its tail is sent after
  * the submitter has gone.
  */
@@ -126,6 +128,65 @@ static void thread_exits(int file)
 	close(j.dev);
 }
 
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A thread's request heads a full socket and the thread exits; another
+ * thread's SEND on that socket waits for it: it sends that request, then
+ * its own, as soon as the peer (another process: no thread of ours but
+ * the SEND caller is left to run task work) reads.
+ */
+static void send_behind_exited(int file)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
+	struct stablesend_cqe cqe = { 0 };
+	struct job j = { .dev = ss_dev() };
+	struct stablesend_req r;
+	int snd, rcv, status;
+	pthread_t t;
+	pid_t pid;
+	double t0;
+	long res;
+
+	passcred_pair(&snd, &rcv);
+	j.r = ss_req(file, snd, 0, LEN, 1);
+	REQUIRE(pthread_create(&t, NULL, submit_and_exit, &j) == 0, "thread");
+	pthread_join(t, NULL);
+	CHECK(j.ret == 1, "SUBMIT from the thread: %d", j.ret);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		unsigned char *buf = malloc(LEN + 4096);
+		size_t got;
+
+		usleep(1000000);
+		got = buf ? read_full(rcv, buf, LEN + 4096) : 0;
+		_exit(!(got == LEN + 4096 && pattern_mismatch(buf, LEN, 0, pat) == LEN &&
+			pattern_mismatch(buf + LEN, 4096, 0, pat) == 4096));
+	}
+	sigaction(SIGALRM, &sa, NULL);
+	alarm(20);
+	t0 = now_s();
+	r = ss_req(file, snd, 0, 4096, 2);
+	res = ss_send(j.dev, &r);
+	alarm(0);
+	CHECK(res == 4096, "SEND behind the exited thread's request: %ld (%s) after %.1f s",
+	      res, res < 0 ? strerror(errno) : "", now_s() - t0);
+	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(status) && !WEXITSTATUS(status),
+	      "the peer did not get both requests' bytes, in order (%#x)", status);
+	CHECK(ss_reap(j.dev, &cqe, 1, 10000) == 1 && cqe.res == LEN,
+	      "the exited thread's request: SENT %lld, want %d", (long long)cqe.res, LEN);
+	printf("SEND behind an exited thread's request: returned after %.1f s (the peer read after 1 s)\n",
+	       now_s() - t0);
+	close(snd);
+	close(rcv);
+	close(j.dev);
+}
+
 /* The exec'd program: wait for the parent (its requests go on meanwhile). */
 static int exec_child(void)
 {
@@ -214,6 +275,7 @@ int main(int argc, char **argv)
 		return exec_child();
 	file = file_with_pattern(LEN, pat);
 	thread_exits(file);
+	send_behind_exited(file);
 	execs(file);
 	process_exits(file);
 	close(file);

@@ -36,14 +36,16 @@
  *	fail with EINTR, restartable calls restart).  When the thread exits
  *	another thread of its process takes over; when the whole process is
  *	gone the requests end where they are (-ECANCELED when nothing was
- *	sent, else the bytes sent).
+ *	sent, else the bytes sent), within seconds also on a socket that
+ *	stays full.
  *
  * STABLESEND_IOC_SEND (struct stablesend_req, write)
  *	Synchronous submission of one request, sent by the caller as
  *	sendfile(2) would send it: returns the number of bytes the socket took
  *	(header + file bytes + trailer), or -1 with errno when it took none.
  *	It waits for requests queued before it on the socket (sending those
- *	the calling thread submitted), then, on a blocking socket, until every
+ *	of the calling process that are not another thread's SEND), then, on
+ *	a blocking socket, until every
  *	byte is in the socket, as send(2) waits: SO_SNDTIMEO ends the wait
  *	(a short count, or EAGAIN), a signal before the first byte gives EINTR
  *	(or a restart under SA_RESTART) and after it a short count; SIGKILL
