@@ -4,6 +4,7 @@
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/rcupdate.h>
 #include <linux/workqueue.h>
 
 #include "ss.h"
@@ -52,7 +53,11 @@ fail_wq:
 /*
  * Every context holds a module reference until its last request's pages
  * are released, so nothing is in flight here; the workqueue may still be
- * running the work item that dropped the last reference.
+ * running the work item that dropped the last reference, and whoever
+ * queued it (task work of a user task, a softirq) may still be returning
+ * through our code: RCU and RCU Tasks grace periods wait for them, as long
+ * as nothing sleeps after dropping a last reference (RCU Tasks takes a
+ * task asleep for one out of our code).
  */
 static void __exit ss_exit(void)
 {
@@ -64,6 +69,8 @@ static void __exit ss_exit(void)
 	/* The last kick may have asked for one more pass. */
 	ss_reaper_stop();
 	destroy_workqueue(stablesend_wq);
+	synchronize_rcu();
+	synchronize_rcu_tasks();
 }
 
 module_init(ss_init);
