@@ -310,11 +310,11 @@ static int ss_copy_user(struct ss_req *req, u64 pos, const void __user *src,
  * Read up to @flen bytes at @offset of @file into the pages from byte @pos,
  * through the filesystem's own ->read_iter (as copy_splice_read() does), so
  * any filesystem works and nothing past end of file is ever read.  Returns
- * the bytes read (fewer at end of file) or -errno, also when a read failed
- * after some bytes.
+ * the bytes read (fewer at end of file, or when a read failed after some
+ * bytes: then *@rerr is its error) or -errno.
  */
 static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
-			    u64 offset, u64 flen)
+			    u64 offset, u64 flen, int *rerr)
 {
 	struct iov_iter iter;
 	struct kiocb kiocb;
@@ -340,12 +340,12 @@ static ssize_t ss_copy_file(struct ss_req *req, u64 pos, struct file *file,
 		iov_iter_advance(&iter, pos);
 		iov_iter_truncate(&iter, end - pos);
 		ret = vfs_iocb_iter_read(file, &kiocb, &iter);
-		/*
-		 * An error after some bytes is no end of file: the bytes
-		 * after them (a trailer) would go out in the wrong place.
-		 */
-		if (ret < 0)
-			return ret;
+		if (ret < 0) {
+			if (!got)
+				return ret;
+			*rerr = ret;
+			break;
+		}
 		if (!ret)
 			break;
 		got += ret;
@@ -371,9 +371,20 @@ static int ss_copy_all(struct ss_req *req, const struct stablesend_req *ur,
 		pos = ur->head_len;
 	}
 	if (flen) {
-		got = ss_copy_file(req, pos, file, ur->offset, flen);
+		int rerr = 0;
+
+		got = ss_copy_file(req, pos, file, ur->offset, flen, &rerr);
 		if (got < 0)
 			return got;
+		/*
+		 * A read that failed after some bytes: a SEND without a
+		 * trailer sends those, as sendfile(2) does (the next call
+		 * gets the error).  Anything else fails whole: its short
+		 * result would pass for end of file, and a trailer would
+		 * go out in the place of the missing bytes.
+		 */
+		if (rerr && (ur->tail_len || !req->sync))
+			return rerr;
 		pos += got;
 	}
 	if (ur->tail_len) {

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A file whose read fails part way: the request fails with EIO and sends
- * nothing, header and trailer included.  It is not taken for a file that
- * ends there: a trailer after the bytes read would go out in the place of
- * the file's missing rest.
+ * A file whose read fails part way: a request with a trailer, and every
+ * SUBMIT, fails with EIO and sends nothing, header and trailer included:
+ * it is not taken for a file that ends there (a trailer after the bytes
+ * read would go out in the place of the file's missing rest, and a short
+ * SENT record would look like end of file).  A SEND without a trailer
+ * sends the bytes before the failure and says so, as sendfile(2) does;
+ * the next SEND, from the failing byte, gets EIO.
  *
  * The failing read: a memfd (shmem) of three pages whose middle page is
  * poisoned (madvise(MADV_HWPOISON), root, in a child that the poisoning
@@ -36,6 +39,15 @@ static size_t pending(int fd, int ms, unsigned char *buf, size_t n)
 		return 0;
 	got = recv(fd, buf, n, MSG_DONTWAIT);
 	return got > 0 ? (size_t)got : 0;
+}
+
+static int pattern_all(const unsigned char *b, size_t n, int byte)
+{
+	size_t i;
+
+	for (i = 0; i < n && b[i] == byte; i++)
+		;
+	return i == n;
 }
 
 static struct stablesend_req framed(int file, int sock, uint64_t len, int hdtr)
@@ -96,8 +108,22 @@ int main(void)
 		r = framed(file, a, 3 * PAGE, hdtr);
 		errno = 0;
 		res = ss_send(dev, &r);
-		CHECK(res < 0 && errno == EIO, "SEND %s: %ld (%s), want EIO", what, res,
-		      strerror(errno));
+		if (hdtr) {
+			CHECK(res < 0 && errno == EIO, "SEND %s: %ld (%s), want EIO", what,
+			      res, strerror(errno));
+		} else {
+			/* As sendfile(2): the bytes before the failure, then EIO. */
+			CHECK(res == PAGE, "SEND %s: %ld (%s), want the %d bytes before the failure",
+			      what, res, res < 0 ? strerror(errno) : "", PAGE);
+			got = read_full(b, buf, res > 0 ? (size_t)res : 0);
+			CHECK(got == PAGE && pattern_all(buf, got, 'f'),
+			      "%s: the peer got %zu bytes, want the first page", what, got);
+			r = ss_req(file, a, PAGE, 2 * PAGE, 7);
+			errno = 0;
+			res = ss_send(dev, &r);
+			CHECK(res < 0 && errno == EIO, "SEND %s from the failing page: %ld (%s), want EIO",
+			      what, res, strerror(errno));
+		}
 		r = framed(file, a, 3 * PAGE, hdtr);
 		errno = 0;
 		res = ss_submit(dev, &r, 1);
@@ -118,8 +144,8 @@ int main(void)
 		      "%s: the first page's framing", what);
 	}
 	ss_counters(dev, &c1);
-	CHECK(c1.submitted == c0.submitted + 2,
-	      "%llu requests accepted, want the 2 of the first page",
+	CHECK(c1.submitted == c0.submitted + 3,
+	      "%llu requests accepted, want 3: the bare SEND's and the first page's 2",
 	      (unsigned long long)(c1.submitted - c0.submitted));
 	close(a);
 	close(b);
@@ -127,7 +153,7 @@ int main(void)
 	close(dev);
 	CHECK(ss_drained(10 * ss_debug_scale(4)), "pages still in flight: %lld requests",
 	      ss_stat("requests_in_flight"));
-	printf("a read failing after the first page: SEND and SUBMIT EIO, nothing sent; "
-	       "the first page alone sent whole\n");
+	printf("a read failing after the first page: bare SEND the first page, then EIO; "
+	       "with a trailer and SUBMIT EIO, nothing sent; the first page alone whole\n");
 	return test_result();
 }

@@ -189,7 +189,9 @@
  *	EFAULT	a user pointer (request array, header, trailer) is bad.
  *	ENOMEM	the module could not allocate snapshot pages.
  *	EIO	reading the file failed, also after part of the range was
- *		read (nothing is sent).
+ *		read: nothing is sent (but for a SEND without a trailer,
+ *		which sends the bytes read before the failure and returns
+ *		their count, as sendfile(2) does: the next call fails).
  *
  * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
  * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM, or
