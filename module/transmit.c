@@ -3,9 +3,10 @@
  * Transmission: one FIFO per socket, shared by every open that submits to
  * it, so requests go out in submission order and never interleave.
  *
- * Every byte is handed to the socket by the task that submitted it, so the
- * socket layer, the LSM and the scheduler see that task: its pid, its
- * credentials (as of the submission), its cgroup.  What the socket takes at
+ * Every byte is handed to the socket by the task that submitted it, or by
+ * another thread of its process (see below), so the socket layer, the LSM
+ * and the scheduler see that process: its pid, the submitter's credentials
+ * (as of the submission), its cgroup.  What the socket takes at
  * once goes out inline, inside the SUBMIT or SEND call.  When the socket is
  * full the FIFO "parks": a wait queue entry on the socket notices space and
  * queues task work (TWA_SIGNAL, as io_uring does) on the submitter of the
@@ -14,11 +15,13 @@
  * socket lock) can only hold up the task that submitted to it.
  *
  * A synchronous SEND is sent by its own caller with the socket's blocking
- * mode, SO_SNDTIMEO and signals, as sendfile(2) would be.
+ * mode, SO_SNDTIMEO and signals, as sendfile(2) would be; it sends the
+ * asynchronous requests of its process queued ahead of it itself.
  *
  * When the submitting thread exits, another thread of its process takes
  * its requests over; when the whole process is gone they end where they
- * are (nothing sent: -ECANCELED, else the bytes sent).
+ * are (nothing sent: -ECANCELED, else the bytes sent), also on a socket
+ * that stays full (ss_watch()).
  */
 #include <linux/cred.h>
 #include <linux/fs.h>
@@ -441,6 +444,7 @@ static bool ss_process_alive(struct ss_req *req)
 
 	rcu_read_lock();
 	p = pid_task(req->tgid, PIDTYPE_TGID);
+	/* Also set by the last thread's exit(2): a zombie is not alive. */
 	alive = p && !(READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT);
 	rcu_read_unlock();
 	return alive;
@@ -700,6 +704,7 @@ static void ss_req_tw(struct callback_head *cb)
 		put_task_struct(old);
 	ss_pump(ss);
 	ss_sock_put(ss);
+	/* Last: nothing may sleep after it (ss_exit()). */
 	ss_req_put(req);
 }
 

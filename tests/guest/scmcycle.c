@@ -6,11 +6,14 @@
  * open, and the socket keeps the fds in flight in it: the device fd,
  * whose close would end the request, and the peer, which will never read.
  * The request must still end once its process is gone, and everything
- * come back: the open, its pages, the requests in flight.
+ * come back: the open, its pages, the requests in flight.  Twice: the
+ * process exits with exit_group(2) and is reaped at once, and it ends by
+ * its last thread's exit(2) and stays a zombie until after the checks.
  *
  * compat32: yes
  */
 #include "common.h"
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #define LEN	(1 << 20)
@@ -51,31 +54,66 @@ static int make_cycle(int file)
 	return 0;	/* exit closes dev, u and v */
 }
 
-int main(void)
+/* State of process @pid ('Z': a zombie), 0 if unknown. */
+static char proc_state(pid_t pid)
 {
-	long long base = ss_contexts_baseline();
-	int file = temp_file(LEN, 's'), status;
-	long long contexts;
+	char path[64], buf[512], *e;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (read_str(path, buf, sizeof(buf)))
+		return 0;
+	e = strrchr(buf, ')');
+	return e && e[1] == ' ' ? e[2] : 0;
+}
+
+static void cycle(int file, int zombie)
+{
+	const char *how = zombie ? "its last thread exited, not reaped" : "exited";
+	long long base = ss_contexts_baseline(), contexts;
+	int status;
 	double t0;
 	pid_t pid;
 
 	pid = fork();
 	REQUIRE(pid >= 0, "fork");
-	if (!pid)
-		_exit(make_cycle(file));
-	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
-	REQUIRE(WIFEXITED(status) && !WEXITSTATUS(status), "the child: %#x", status);
+	if (!pid) {
+		int ret = make_cycle(file);
+
+		if (zombie && !ret)
+			syscall(SYS_exit, 0);	/* this thread only: no group exit */
+		_exit(ret);
+	}
+	if (zombie) {
+		for (t0 = now_s(); proc_state(pid) != 'Z' && now_s() < t0 + 20;)
+			usleep(10000);
+		REQUIRE(proc_state(pid) == 'Z', "the child is not a zombie: %c", proc_state(pid));
+	} else {
+		REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+		REQUIRE(WIFEXITED(status) && !WEXITSTATUS(status), "the child: %#x", status);
+	}
 	t0 = now_s();
 	contexts = ss_stat_wait("contexts", base, 20 * ss_debug_scale(4));
 	CHECK(contexts == base,
-	      "%.0f s after its process exited, the open is still there (%lld opens, %lld requests in flight)",
-	      now_s() - t0, contexts, ss_stat("requests_in_flight"));
-	CHECK(ss_drained(5 * ss_debug_scale(4)), "pages still in flight: %lld requests",
-	      ss_stat("requests_in_flight"));
+	      "%s: %.0f s later the open is still there (%lld opens, %lld requests in flight)",
+	      how, now_s() - t0, contexts, ss_stat("requests_in_flight"));
+	CHECK(ss_drained(5 * ss_debug_scale(4)), "%s: pages still in flight: %lld requests",
+	      how, ss_stat("requests_in_flight"));
 	CHECK(ss_stat_wait("pool_bytes", 0, 5 * ss_debug_scale(4)) == 0,
-	      "the module still owns %lld bytes of pages", ss_stat("pool_bytes"));
-	printf("device fd and socket passed to the socket itself, process exited: all back after %.1f s\n",
-	       now_s() - t0);
+	      "%s: the module still owns %lld bytes of pages", how, ss_stat("pool_bytes"));
+	printf("device fd and socket passed to the socket itself, process %s: all back after %.1f s\n",
+	       how, now_s() - t0);
+	if (zombie) {
+		REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+		CHECK(WIFEXITED(status) && !WEXITSTATUS(status), "the child: %#x", status);
+	}
+}
+
+int main(void)
+{
+	int file = temp_file(LEN, 's');
+
+	cycle(file, 0);
+	cycle(file, 1);
 	close(file);
 	return test_result();
 }
