@@ -122,6 +122,7 @@ static void ss_post(struct ss_req *req, struct ss_cqe_node **nodep, s64 res,
 	spin_unlock(&ctx->lock);
 	if (closed) {
 		kfree(node);
+		ss_user_records_uncharge(ctx, 1);
 		return;
 	}
 	wake_up_interruptible_poll(&ctx->cq_wait, EPOLLIN | EPOLLRDNORM);
@@ -485,6 +486,7 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	bool copied = req->copied && req->sent;
 	struct ss_sock *ss = req->sock;	/* before the reaper may free @req */
 	struct ss_ctx *ctx = req->ctx;
+	bool unsent = false;
 	struct ss_group *g;
 	LIST_HEAD(dead);
 	bool idle;
@@ -498,6 +500,7 @@ void ss_req_finish(struct ss_req *req, s64 res)
 		req->cqe_released = NULL;
 		ctx->cq_reserved--;
 		req->cq_charged--;
+		unsent = true;
 	}
 	ctx->stats.completed++;
 	if (res < 0)
@@ -508,6 +511,8 @@ void ss_req_finish(struct ss_req *req, s64 res)
 	if (copied)
 		ctx->stats.copied++;
 	spin_unlock(&ctx->lock);
+	if (unsent)
+		ss_user_records_uncharge(ctx, 1);
 	atomic64_add(req->sent, &stablesend_stats[SS_BYTES_SENT]);
 	if (res < 0)
 		atomic64_inc(&stablesend_stats[SS_ERRORS]);
@@ -818,6 +823,7 @@ void ss_req_put(struct ss_req *req)
 	spin_lock(&ctx->lock);
 	ctx->cq_reserved -= req->cq_charged;
 	spin_unlock(&ctx->lock);
+	ss_user_records_uncharge(ctx, req->cq_charged);
 	kfree(req->cqe_sent);
 	kfree(req->cqe_released);
 	put_cred(req->cred);

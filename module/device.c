@@ -78,10 +78,12 @@ static int ss_release(struct inode *inode, struct file *file)
 	struct ss_req *req, *tmp;
 	LIST_HEAD(cancelled);
 	LIST_HEAD(records);
+	unsigned int unread;
 
 	spin_lock(&ctx->lock);
 	WRITE_ONCE(ctx->closed, true);
 	list_splice_init(&ctx->cq, &records);
+	unread = ctx->cq_nr;
 	ctx->cq_nr = 0;
 	/* A request being sent stays: its sender stops after this sendmsg. */
 	list_for_each_entry_safe(req, tmp, &ctx->queued, ctx_node)
@@ -93,6 +95,7 @@ static int ss_release(struct inode *inode, struct file *file)
 		ss_req_finish(req, req->sent ?: -ECANCELED);
 	list_for_each_entry_safe(node, ntmp, &records, node)
 		kfree(node);
+	ss_user_records_uncharge(ctx, unread);
 	ss_room_unpoll(ctx);
 	ss_inflight_closed(ctx);
 	ss_pool_drain(ctx);
@@ -282,6 +285,8 @@ static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 		done += rec;
 		n--;
 	}
+	/* The records put back below stay the user's. */
+	ss_user_records_uncharge(ctx, done / rec);
 	if (n) {
 		/* Put back what could not be copied, in order. */
 		spin_lock(&ctx->lock);

@@ -12,6 +12,9 @@
  *   held while it waits for the user's memory, and two opens of one user
  *   cannot wait for each other.  Idle pools of the user's opens are given
  *   back before anyone waits.  CAP_SYS_RESOURCE goes beyond the bound.
+ * Completion records are bounded the same two ways, without waiting: per
+ * open (SS_CQ_MAX) and per user (user_records), each counting the records
+ * reserved by live requests plus those queued unread (ENOBUFS beyond).
  * An open's pages are charged to the memory cgroup of its opener, as a
  * socket's buffers are to its creator's (a pool page serves every thread
  * of the open in turn), and come from the NUMA node of the open.  A
@@ -45,6 +48,7 @@ struct ss_user {
 	struct list_head idle;		/* its opens with idle pages, by ctx->idle_node */
 	atomic64_t held;		/* bytes: requests' charges plus pools */
 	atomic64_t busy;		/* of which requests' charges */
+	atomic_long_t records;		/* completion records: reserved plus queued */
 	atomic_t returns;		/* bumped when @held may have room */
 	atomic_t waiting;		/* submitters in the slow path's wait: a hint */
 	wait_queue_head_t wait;		/* them */
@@ -370,6 +374,45 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	if (READ_ONCE(u->starved))
 		WRITE_ONCE(u->starved, false);
 	return 0;
+}
+
+/**
+ * ss_user_records_charge - count completion records against the open's user
+ * @ctx:	the open reserving them
+ * @nr:		records
+ *
+ * Never waits: records come back only when someone reads them.  Over the
+ * bound the opener's CAP_SYS_RESOURCE lets them pass, counted still.
+ *
+ * Return: whether they were charged.
+ */
+bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr)
+{
+	struct ss_user *u = ctx->user;
+	unsigned long limit;
+	long held;
+
+	/* None (SEND, io_uring): not refused even over a bound lowered since. */
+	if (!nr)
+		return true;
+	if (ctx->unbounded) {
+		atomic_long_add(nr, &u->records);
+		return true;
+	}
+	limit = READ_ONCE(stablesend_user_records);
+	held = atomic_long_read(&u->records);
+	do {
+		if ((unsigned long)held + nr > limit)
+			return false;
+	} while (!atomic_long_try_cmpxchg(&u->records, &held, held + nr));
+	return true;
+}
+
+/* @nr records charged by ss_user_records_charge() are freed (or never made). */
+void ss_user_records_uncharge(struct ss_ctx *ctx, unsigned int nr)
+{
+	if (nr)
+		atomic_long_sub(nr, &ctx->user->records);
 }
 
 /*
@@ -800,7 +843,8 @@ void ss_user_detach(struct ss_ctx *ctx)
 		hash_del(&u->node);
 	spin_unlock(&ss_users_lock);
 	if (last) {
-		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->busy));
+		WARN_ON_ONCE(atomic64_read(&u->held) || atomic64_read(&u->busy) ||
+			     atomic_long_read(&u->records));
 		kfree(u);
 	}
 }
@@ -819,6 +863,13 @@ void ss_user_show_fdinfo(struct seq_file *m, struct ss_ctx *ctx)
 	else
 		seq_printf(m, "stablesend-user-limit:\t%lu\n",
 			   READ_ONCE(stablesend_user_limit));
+	seq_printf(m, "stablesend-user-records:\t%ld\n",
+		   atomic_long_read(&u->records));
+	if (ctx->unbounded)
+		seq_puts(m, "stablesend-user-records-limit:\tnone\n");
+	else
+		seq_printf(m, "stablesend-user-records-limit:\t%u\n",
+			   READ_ONCE(stablesend_user_records));
 	seq_printf(m, "stablesend-user-rx-kicks:\t%lld\n",
 		   (long long)atomic64_read(&u->kicks));
 }
@@ -1011,6 +1062,32 @@ unsigned long stablesend_user_limit;
 module_param_cb(user_limit, &ss_user_limit_ops, &stablesend_user_limit, 0644);
 MODULE_PARM_DESC(user_limit,
 		 "Snapshot memory all opens of one user may hold; CAP_SYS_RESOURCE exceeds it (bytes, 0: RAM/16)");
+
+static int ss_user_records_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int nr;
+	int err;
+
+	err = kstrtouint(val, 0, &nr);
+	if (err)
+		return err;
+	/* Nobody waits for records: a new bound holds from the next request. */
+	WRITE_ONCE(stablesend_user_records, nr ?: SS_USER_RECORDS);
+	return 0;
+}
+
+static const struct kernel_param_ops ss_user_records_ops = {
+	.set	= ss_user_records_set,
+	.get	= param_get_uint,
+};
+
+/* 0 (at load, or written later): SS_USER_RECORDS. */
+unsigned int stablesend_user_records = SS_USER_RECORDS;
+module_param_cb(user_records, &ss_user_records_ops, &stablesend_user_records,
+		0644);
+MODULE_PARM_DESC(user_records,
+		 "Completion records all opens of one user may hold, unread or owed; CAP_SYS_RESOURCE exceeds it (0: "
+		 __stringify(SS_USER_RECORDS) ")");
 
 int ss_memory_init(void)
 {

@@ -156,13 +156,19 @@ static int ss_reserve_lock(struct ss_ctx *ctx, struct ss_sender *sender)
 	return err;
 }
 
-/* Reserve @ncqe completion records of the open. */
+/*
+ * Reserve @ncqe completion records of the open and of its user: both
+ * bounds count what is reserved plus what is queued unread.  Whoever takes
+ * a record off ctx->cq_reserved without queuing it, or frees a queued one,
+ * gives it back to the user (ss_user_records_uncharge()).
+ */
 static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
 {
 	int err = 0;
 
 	spin_lock(&ctx->lock);
-	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX)
+	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX ||
+	    !ss_user_records_charge(ctx, ncqe))
 		err = -ENOBUFS;
 	else
 		ctx->cq_reserved += ncqe;

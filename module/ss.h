@@ -40,11 +40,14 @@
 
 /* Unread completion records one open may accumulate before submit refuses. */
 #define SS_CQ_MAX		65536
+/* ... and all opens of one user together, by default (user_records). */
+#define SS_USER_RECORDS		262144	/* 4 * SS_CQ_MAX */
 
 extern struct workqueue_struct *stablesend_wq;
 extern unsigned long stablesend_default_limit;
 extern unsigned long stablesend_max_limit;
 extern unsigned long stablesend_user_limit;
+extern unsigned int stablesend_user_records;
 
 /* Module-wide counters, one file each under /sys/class/misc/stablesend/stats/. */
 enum ss_stat {
@@ -76,6 +79,7 @@ struct ss_ctx {
 	spinlock_t lock;	/* everything below */
 	struct list_head queued;	/* requests still on a socket FIFO */
 	struct list_head cq;		/* struct ss_cqe_node, oldest first */
+	/* Both counted for the user too: ss_user_records_charge(). */
 	unsigned int cq_nr;		/* records on @cq */
 	unsigned int cq_reserved;	/* records owed by live requests */
 	wait_queue_head_t cq_wait;	/* read and poll */
@@ -228,6 +232,8 @@ int ss_user_attach(struct ss_ctx *ctx);
 void ss_user_detach(struct ss_ctx *ctx);
 int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender);
+bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr);
+void ss_user_records_uncharge(struct ss_ctx *ctx, unsigned int nr);
 bool ss_room(struct ss_ctx *ctx);
 void ss_room_refused(struct ss_ctx *ctx, u64 need);
 void ss_room_got(struct ss_ctx *ctx);

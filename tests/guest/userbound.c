@@ -27,6 +27,7 @@
  * test-timeout: 240
  */
 #include "common.h"
+#include "users.h"
 #include "uring.h"
 #include <grp.h>
 #include <stdbool.h>
@@ -56,26 +57,6 @@ static long long param(void)
 	char buf[64];
 
 	return read_str(PARAM, buf, sizeof(buf)) ? -1 : strtoll(buf, NULL, 10);
-}
-
-static void become(uid_t id)
-{
-	if (setgroups(0, NULL) || setgid(id) || setuid(id))
-		_exit(90);
-}
-
-/* Drop CAP_SYS_RESOURCE from every set of this (root) process. */
-static int drop_sys_resource(void)
-{
-	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct d[2];
-
-	if (syscall(SYS_capget, &h, d))
-		return -1;
-	d[CAP_SYS_RESOURCE / 32].effective &= ~(1U << (CAP_SYS_RESOURCE % 32));
-	d[CAP_SYS_RESOURCE / 32].permitted &= ~(1U << (CAP_SYS_RESOURCE % 32));
-	d[CAP_SYS_RESOURCE / 32].inheritable &= ~(1U << (CAP_SYS_RESOURCE % 32));
-	return syscall(SYS_capset, &h, d);
 }
 
 struct pinner {

@@ -182,9 +182,12 @@
  *		reached now (the user's: unless CAP_SYS_RESOURCE).
  *	EINTR	a signal arrived while waiting for memory.
  *	ENOBUFS	this open already has 65536 completion records unread or
- *		owed to requests in flight: read some first.  SEND: also when
- *		the socket could not allocate a buffer, as send(2) reports it
- *		(an asynchronous request retries after a short wait instead).
+ *		owed to requests in flight, or all opens of the user who
+ *		opened the device together have user_records of them (module
+ *		parameter, default 262144; unless CAP_SYS_RESOURCE): read
+ *		some first.  It never waits.  SEND: also when the socket
+ *		could not allocate a buffer, as send(2) reports it (an
+ *		asynchronous request retries after a short wait instead).
  *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
  *	EFAULT	a user pointer (request array, header, trailer) is bad.
  *	ENOMEM	the module could not allocate snapshot pages.

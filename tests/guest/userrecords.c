@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Completion records are bounded per user, not only per open (module
+ * parameter user_records).  One-byte requests with RELEASED to a peer
+ * that reads at once give their pages back at once, so user_limit never
+ * holds them, while their two records each stay until read.  With
+ * user_records lowered to 1000 by root:
+ * - nobody's 4 opens, in turn, take exactly 1000 records together (250
+ *   each, far under an open's 65,536: no per-open count explains it),
+ *   then each of them gets ENOBUFS, for a request of two records and of
+ *   one, also once all 1000 are queued unread; a SEND (no SENT record)
+ *   still goes; fdinfo shows the user's 1000; nobody cannot change the
+ *   parameter;
+ * - meanwhile uid 65533 takes 800 records and reads all of them; root
+ *   with CAP_SYS_RESOURCE goes beyond the bound (1500 on one open), root
+ *   without it is held to 1000;
+ * - 10 records read on one of nobody's opens let exactly 5 requests in on
+ *   another one;
+ * - once nobody's opens are closed its count is 0, and one fresh open
+ *   takes the whole 1000 again;
+ * - writing 0 brings the default (262144) back; the value at the start is
+ *   restored.
+ * (Before the bound, each open of one user could hold 65,536 records,
+ * 4 MiB of kernel memory, however many opens it made.)
+ */
+#include "common.h"
+#include "users.h"
+#include <grp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/capability.h>
+
+#define PARAM		"/sys/module/stablesend/parameters/user_records"
+#define BOUND		1000
+#define DEFAULT_BOUND	262144
+#define NOPENS		4
+#define NOBODY		65534
+#define OTHER		65533
+
+static long long param(void)
+{
+	char buf[64];
+
+	return read_str(PARAM, buf, sizeof(buf)) ? -1 : strtoll(buf, NULL, 10);
+}
+
+/* The peer: reads everything at once, until EOF. */
+static void *reader(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char buf[4096];
+
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	return NULL;
+}
+
+/* A socket whose peer a thread of ours drains. */
+static int drained_socket(void)
+{
+	pthread_t t;
+	int a, b;
+
+	unix_pair(&a, &b);
+	REQUIRE(!pthread_create(&t, NULL, reader, (void *)(intptr_t)b),
+		"reader thread");
+	pthread_detach(t);
+	return a;
+}
+
+/*
+ * One-byte RELEASED requests (two records each) on the opens @dev[0..@n)
+ * in turn, until one is refused or @max records are taken.  Returns the
+ * records taken; the refusal's errno in *@err, 0 if none was refused.
+ */
+static int fill(const int *dev, int n, int sock, int file, int max, int *err)
+{
+	struct stablesend_req r = ss_req(file, sock, 0, 1, 0);
+	int taken = 0;
+
+	r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+	*err = 0;
+	while (taken + 2 <= max) {
+		r.user_data = taken;
+		if (ss_submit(dev[(taken / 2) % n], &r, 1) != 1) {
+			*err = errno;
+			break;
+		}
+		taken += 2;
+	}
+	return taken;
+}
+
+/* Records queued unread on the opens @dev[0..@n). */
+static long long pending(const int *dev, int n)
+{
+	struct stablesend_counters c;
+	long long sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		ss_counters(dev[i], &c);
+		sum += c.cqes_pending;
+	}
+	return sum;
+}
+
+/* Wait up to 10 s for @want records queued on @dev[0..@n); the last count. */
+static long long pending_wait(const int *dev, int n, long long want)
+{
+	long long got = pending(dev, n);
+
+	for (int i = 0; i < 1000 && got != want; i++) {
+		usleep(10000);
+		got = pending(dev, n);
+	}
+	return got;
+}
+
+/* The user's records in the fdinfo of @dev, waiting up to 5 s for @want. */
+static long long user_records_wait(int dev, long long want)
+{
+	long long got = fdinfo_num(getpid(), dev, "stablesend-user-records");
+
+	for (int i = 0; i < 500 && got != want; i++) {
+		usleep(10000);
+		got = fdinfo_num(getpid(), dev, "stablesend-user-records");
+	}
+	return got;
+}
+
+/* Every open of @dev[0..@n) refuses a request of 2 records and one of 1. */
+static void all_refuse(const int *dev, int n, int sock, int file,
+		       const char *when)
+{
+	struct stablesend_req r = ss_req(file, sock, 0, 1, 7);
+	int ret;
+
+	for (int i = 0; i < n; i++) {
+		r.flags = STABLESEND_REQ_NOTIFY_RELEASE;
+		ret = ss_submit(dev[i], &r, 1);
+		CHECK(ret == -1 && errno == ENOBUFS,
+		      "open %d, %s: a RELEASED request %s, want ENOBUFS", i,
+		      when, ret == 1 ? "accepted" : strerror(errno));
+		r.flags = 0;
+		ret = ss_submit(dev[i], &r, 1);
+		CHECK(ret == -1 && errno == ENOBUFS,
+		      "open %d, %s: a one-record request %s, want ENOBUFS", i,
+		      when, ret == 1 ? "accepted" : strerror(errno));
+	}
+}
+
+/* Child @pid must exit 0 within 60 s; one that does not is killed. */
+static void child_ok(pid_t pid, const char *what)
+{
+	int st = 0;
+
+	for (int i = 0; i < 600; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			break;
+		if (i == 599) {
+			kill(pid, SIGKILL);
+			REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+		}
+		usleep(100000);
+	}
+	CHECK(WIFEXITED(st) && !WEXITSTATUS(st), "%s: %s %d", what,
+	      WIFSIGNALED(st) ? "killed by signal" : "exit status",
+	      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/*
+ * As nobody: fill the bound over NOPENS opens, tell the parent (@done),
+ * wait for its word (@go), then read some, close everything, start over.
+ */
+static void nobody_opens(int file, int done, int go)
+{
+	struct stablesend_cqe cqe[10];
+	int dev[NOPENS], sock, taken, err, n;
+	struct stablesend_req r;
+	char c;
+
+	become(NOBODY);
+	CHECK(write_str(PARAM, "5") && param() == BOUND,
+	      "nobody wrote user_records: now %lld", param());
+	sock = drained_socket();
+	for (int i = 0; i < NOPENS; i++)
+		dev[i] = ss_dev();
+
+	taken = fill(dev, NOPENS, sock, file, 4 * BOUND, &err);
+	printf("nobody, %d opens: %d records taken (%d each), then %s\n",
+	       NOPENS, taken, taken / NOPENS, err ? strerror(err) : "none refused");
+	CHECK(taken == BOUND && err == ENOBUFS,
+	      "%d opens of nobody took %d records under user_records %d (then %s)",
+	      NOPENS, taken, BOUND, err ? strerror(err) : "none refused");
+	CHECK(fdinfo_num(getpid(), dev[0], "stablesend-user-records") == taken,
+	      "fdinfo: the user's records %lld, %d taken",
+	      fdinfo_num(getpid(), dev[0], "stablesend-user-records"), taken);
+	CHECK(fdinfo_num(getpid(), dev[3], "stablesend-user-records-limit") == BOUND,
+	      "fdinfo: the user's records limit %lld",
+	      fdinfo_num(getpid(), dev[3], "stablesend-user-records-limit"));
+	all_refuse(dev, NOPENS, sock, file, "records owed");
+	/* Every RELEASED comes: 1000 records queued, none read. */
+	CHECK(pending_wait(dev, NOPENS, taken) == taken,
+	      "records queued on nobody's opens: %lld of %d",
+	      pending(dev, NOPENS), taken);
+	all_refuse(dev, NOPENS, sock, file, "records unread");
+	/* SEND queues no SENT record: not held by the bound. */
+	r = ss_req(file, sock, 0, 1, 8);
+	CHECK(ss_send(dev[2], &r) == 1, "SEND at the user's bound: %s",
+	      strerror(errno));
+	if (write(done, "f", 1) != 1 || read(go, &c, 1) != 1)
+		_exit(94);
+
+	/* 10 records read on one open make room for 5 requests on another. */
+	CHECK(ss_reap(dev[1], cqe, 10, 1000) == 10, "read 10 records");
+	n = fill(&dev[2], 1, sock, file, 4 * BOUND, &err) / 2;
+	printf("nobody: 10 records read on one open, %d requests taken on another, then %s\n",
+	       n, err ? strerror(err) : "none refused");
+	CHECK(n == 5 && err == ENOBUFS,
+	      "10 records read on open 1: open 2 took %d requests of 2 records, then %s",
+	      n, err ? strerror(err) : "none refused");
+	CHECK(pending_wait(dev, NOPENS, BOUND) == BOUND,
+	      "records queued on nobody's opens: %lld of %d",
+	      pending(dev, NOPENS), BOUND);
+
+	/* All closed: nothing counted, and one open takes the whole bound. */
+	for (int i = 0; i < NOPENS; i++)
+		close(dev[i]);
+	dev[0] = ss_dev();
+	CHECK(user_records_wait(dev[0], 0) == 0,
+	      "fdinfo: the user's records %lld with its opens closed",
+	      fdinfo_num(getpid(), dev[0], "stablesend-user-records"));
+	taken = fill(dev, 1, sock, file, 4 * BOUND, &err);
+	printf("nobody, its opens closed: one open takes %d records, then %s\n",
+	       taken, err ? strerror(err) : "none refused");
+	CHECK(taken == BOUND && err == ENOBUFS,
+	      "after close, a fresh open took %d records (then %s), want %d",
+	      taken, err ? strerror(err) : "none refused", BOUND);
+	close(dev[0]);
+	close(sock);
+	_exit(test_result());
+}
+
+/* As @uid: @want records on one open (CAP_SYS_RESOURCE dropped if @drop). */
+static pid_t other(int file, uid_t uid, int drop, int want)
+{
+	pid_t pid = fork();
+
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		struct stablesend_cqe *cqe = calloc(want, sizeof(*cqe));
+		int dev, sock, taken, err, sent = 0, released = 0, got;
+
+		REQUIRE(cqe, "calloc");
+		if (uid)
+			become(uid);
+		if (drop && drop_sys_resource())
+			_exit(95);
+		sock = drained_socket();
+		dev = ss_dev();
+		taken = fill(&dev, 1, sock, file, want, &err);
+		printf("uid %d%s: %d records taken, then %s\n", (int)uid,
+		       drop ? " without CAP_SYS_RESOURCE" :
+		       uid ? "" : " with CAP_SYS_RESOURCE",
+		       taken, err ? strerror(err) : "none refused");
+		if (drop) {
+			CHECK(taken == BOUND && err == ENOBUFS,
+			      "uid %d without CAP_SYS_RESOURCE took %d records (then %s), want %d",
+			      (int)uid, taken, err ? strerror(err) : "none refused",
+			      BOUND);
+			_exit(test_result());
+		}
+		CHECK(taken == want && !err, "uid %d took %d of %d records: %s",
+		      (int)uid, taken, want, strerror(err));
+		got = ss_reap(dev, cqe, taken, 10000);
+		for (int i = 0; i < got; i++) {
+			sent += cqe[i].flags & STABLESEND_CQE_SENT && cqe[i].res == 1;
+			released += !!(cqe[i].flags & STABLESEND_CQE_RELEASED);
+		}
+		CHECK(got == taken && sent == taken / 2 && released == taken / 2,
+		      "uid %d read %d records (%d SENT of 1 byte, %d RELEASED) of %d",
+		      (int)uid, got, sent, released, taken);
+		_exit(test_result());
+	}
+	return pid;
+}
+
+int main(void)
+{
+	long long was = param(), now;
+	int file = temp_file(4096, 'r'), done[2], go[2];
+	char val[32], c;
+	pid_t pid;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("user_records %lld at the start\n", was);
+	REQUIRE(was > 0, "user_records missing or not positive");
+	REQUIRE(!pipe(done) && !pipe(go), "pipes");
+	snprintf(val, sizeof(val), "%d", BOUND);
+	REQUIRE(!write_str(PARAM, val), "set user_records to %d", BOUND);
+
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (!pid) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(done[0]);
+		close(go[1]);
+		nobody_opens(file, done[1], go[0]);
+	}
+	close(done[1]);
+	close(go[0]);
+	if (read(done[0], &c, 1) == 1) {
+		/* nobody holds its 1000: other users go on. */
+		child_ok(other(file, OTHER, 0, 800), "uid 65533 beside nobody");
+		child_ok(other(file, 0, 0, 1500), "root with CAP_SYS_RESOURCE");
+		child_ok(other(file, 0, 1, 4 * BOUND), "root without CAP_SYS_RESOURCE");
+		CHECK(write(go[1], "g", 1) == 1, "tell nobody");
+	} else {
+		CHECK(0, "nobody did not fill its records");
+	}
+	child_ok(pid, "nobody's opens under user_records");
+	close(done[0]);
+	close(go[1]);
+
+	/* Writing 0 brings the default back; the value at the start is restored. */
+	REQUIRE(!write_str(PARAM, "0"), "set user_records to 0");
+	now = param();
+	CHECK(now == DEFAULT_BOUND, "user_records after writing 0: %lld, want %d",
+	      now, DEFAULT_BOUND);
+	snprintf(val, sizeof(val), "%lld", was);
+	REQUIRE(!write_str(PARAM, val), "restore user_records");
+	CHECK(param() == was, "user_records %lld, at the start %lld", param(), was);
+	CHECK(ss_drained(10), "module holds nothing at the end");
+	close(file);
+	return test_result();
+}
