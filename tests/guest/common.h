@@ -263,16 +263,33 @@ static inline int read_str(const char *path, char *buf, size_t n)
 	return 0;
 }
 
-/* State of thread @tid of this process ('R', 'S', 'D'...), 0 if unknown. */
-static inline char thread_state(pid_t tid)
+/* The state in a /proc .../stat file ('R', 'S', 'D', 'Z'...), 0 if unknown. */
+static inline char stat_state(const char *path)
 {
-	char path[64], buf[512], *e;
+	char buf[512], *e;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
 	if (read_str(path, buf, sizeof(buf)))
 		return 0;
 	e = strrchr(buf, ')');
 	return e && e[1] == ' ' ? e[2] : 0;
+}
+
+/* State of thread @tid of this process, 0 if unknown. */
+static inline char thread_state(pid_t tid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	return stat_state(path);
+}
+
+/* State of process @pid ('Z': a zombie), 0 if unknown. */
+static inline char proc_state(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	return stat_state(path);
 }
 
 /* Module-wide counter from /sys/class/misc/stablesend/stats/. */

@@ -54,18 +54,6 @@ static int make_cycle(int file)
 	return 0;	/* exit closes dev, u and v */
 }
 
-/* State of process @pid ('Z': a zombie), 0 if unknown. */
-static char proc_state(pid_t pid)
-{
-	char path[64], buf[512], *e;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (read_str(path, buf, sizeof(buf)))
-		return 0;
-	e = strrchr(buf, ')');
-	return e && e[1] == ' ' ? e[2] : 0;
-}
-
 static void cycle(int file, int zombie)
 {
 	const char *how = zombie ? "its last thread exited, not reaped" : "exited";
