@@ -1071,6 +1071,9 @@ static int ss_user_records_set(const char *val, const struct kernel_param *kp)
 	err = kstrtouint(val, 0, &nr);
 	if (err)
 		return err;
+	/* A request with RELEASED takes two: one would refuse it forever. */
+	if (nr == 1)
+		return -EINVAL;
 	/* Nobody waits for records: a new bound holds from the next request. */
 	WRITE_ONCE(stablesend_user_records, nr ?: SS_USER_RECORDS);
 	return 0;

@@ -5,8 +5,9 @@
  * it is not taken for a file that ends there (a trailer after the bytes
  * read would go out in the place of the file's missing rest, and a short
  * SENT record would look like end of file).  A SEND without a trailer
- * sends the bytes before the failure and says so, as sendfile(2) does;
- * the next SEND, from the failing byte, gets EIO.
+ * (bare, or with a header only) sends the bytes before the failure and
+ * returns the bytes sent, as sendfile(2) does; the next SEND, from the
+ * failing byte, gets EIO.
  *
  * The failing read: a memfd (shmem) of three pages whose middle page is
  * poisoned (madvise(MADV_HWPOISON), root, in a child that the poisoning
@@ -123,6 +124,18 @@ int main(void)
 			res = ss_send(dev, &r);
 			CHECK(res < 0 && errno == EIO, "SEND %s from the failing page: %ld (%s), want EIO",
 			      what, res, strerror(errno));
+			/* A header but no trailer: the header and the first page. */
+			r = ss_req(file, a, 0, 3 * PAGE, 7);
+			stablesend_prep_hdtr(&r, HDTR, sizeof(HDTR) - 1, NULL, 0);
+			res = ss_send(dev, &r);
+			CHECK(res == PAGE + (long)sizeof(HDTR) - 1,
+			      "SEND with a header only: %ld (%s), want the header and the first page",
+			      res, res < 0 ? strerror(errno) : "");
+			got = read_full(b, buf, res > 0 ? (size_t)res : 0);
+			CHECK(got == PAGE + sizeof(HDTR) - 1 && !memcmp(buf, HDTR, sizeof(HDTR) - 1) &&
+			      pattern_all(buf + sizeof(HDTR) - 1, PAGE, 'f'),
+			      "header only: the peer got %zu bytes, want the header and the first page",
+			      got);
 		}
 		r = framed(file, a, 3 * PAGE, hdtr);
 		errno = 0;
@@ -144,8 +157,8 @@ int main(void)
 		      "%s: the first page's framing", what);
 	}
 	ss_counters(dev, &c1);
-	CHECK(c1.submitted == c0.submitted + 3,
-	      "%llu requests accepted, want 3: the bare SEND's and the first page's 2",
+	CHECK(c1.submitted == c0.submitted + 4,
+	      "%llu requests accepted, want 4: the bare and the header-only SEND's, the first page's 2",
 	      (unsigned long long)(c1.submitted - c0.submitted));
 	close(a);
 	close(b);

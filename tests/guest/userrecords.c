@@ -16,10 +16,12 @@
  *   without it is held to 1000;
  * - 10 records read on one of nobody's opens let exactly 5 requests in on
  *   another one;
- * - once nobody's opens are closed its count is 0, and one fresh open
- *   takes the whole 1000 again;
- * - writing 0 brings the default (262144) back; the value at the start is
- *   restored.
+ * - once nobody's opens are closed its count is 0 (seen from a fifth open
+ *   that stays, so that the user's count is not simply made anew), and
+ *   one fresh open takes the whole 1000 again;
+ * - writing 1 is refused (a RELEASED request takes two records); writing
+ *   0 brings the default (262144) back; the value at the start is
+ *   restored, also when the test fails.
  * (Before the bound, each open of one user could hold 65,536 records,
  * 4 MiB of kernel memory, however many opens it made.)
  */
@@ -38,6 +40,9 @@
 #define DEFAULT_BOUND	262144
 #define NOPENS		4
 #define NOBODY		65534
+
+static long long was = -1;	/* user_records at the start */
+static pid_t main_pid;
 #define OTHER		65533
 
 static long long param(void)
@@ -178,7 +183,7 @@ static void child_ok(pid_t pid, const char *what)
 static void nobody_opens(int file, int done, int go)
 {
 	struct stablesend_cqe cqe[10];
-	int dev[NOPENS], sock, taken, err, n;
+	int dev[NOPENS], sock, taken, err, n, keep;
 	struct stablesend_req r;
 	char c;
 
@@ -226,10 +231,19 @@ static void nobody_opens(int file, int done, int go)
 	      "records queued on nobody's opens: %lld of %d",
 	      pending(dev, NOPENS), BOUND);
 
-	/* All closed: nothing counted, and one open takes the whole bound. */
+	/*
+	 * All closed: nothing counted (seen from an open made before, with
+	 * no records, which keeps the user's count alive), and one open
+	 * takes the whole bound.
+	 */
+	keep = ss_dev();
 	for (int i = 0; i < NOPENS; i++)
 		close(dev[i]);
+	CHECK(user_records_wait(keep, 0) == 0,
+	      "fdinfo: the user's records %lld with its other opens closed",
+	      fdinfo_num(getpid(), keep, "stablesend-user-records"));
 	dev[0] = ss_dev();
+	close(keep);
 	CHECK(user_records_wait(dev[0], 0) == 0,
 	      "fdinfo: the user's records %lld with its opens closed",
 	      fdinfo_num(getpid(), dev[0], "stablesend-user-records"));
@@ -288,14 +302,28 @@ static pid_t other(int file, uid_t uid, int drop, int want)
 	return pid;
 }
 
+/* However the test ends, user_records goes back to what it was. */
+static void restore(void)
+{
+	char val[32];
+
+	if (was > 0 && getpid() == main_pid && param() != was) {
+		snprintf(val, sizeof(val), "%lld", was);
+		write_str(PARAM, val);
+	}
+}
+
 int main(void)
 {
-	long long was = param(), now;
+	long long now;
 	int file = temp_file(4096, 'r'), done[2], go[2];
 	char val[32], c;
 	pid_t pid;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	was = param();
+	main_pid = getpid();
+	atexit(restore);
 	printf("user_records %lld at the start\n", was);
 	REQUIRE(was > 0, "user_records missing or not positive");
 	REQUIRE(!pipe(done) && !pipe(go), "pipes");
@@ -325,6 +353,9 @@ int main(void)
 	close(done[0]);
 	close(go[1]);
 
+	/* 1 would refuse every RELEASED request (two records) for good. */
+	CHECK(write_str(PARAM, "1") && param() == BOUND,
+	      "user_records 1 accepted (now %lld)", param());
 	/* Writing 0 brings the default back; the value at the start is restored. */
 	REQUIRE(!write_str(PARAM, "0"), "set user_records to 0");
 	now = param();

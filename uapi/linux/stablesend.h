@@ -184,8 +184,10 @@
  *	ENOBUFS	this open already has 65536 completion records unread or
  *		owed to requests in flight, or all opens of the user who
  *		opened the device together have user_records of them (module
- *		parameter, default 262144; unless CAP_SYS_RESOURCE): read
- *		some first.  It never waits.  SEND: also when the socket
+ *		parameter, default 262144, at least 2; unless
+ *		CAP_SYS_RESOURCE): read some first, on whichever of the
+ *		user's opens holds them.  It never waits, and no poll event
+ *		tells when records were read (EPOLLOUT is about memory).  SEND: also when the socket
  *		could not allocate a buffer, as send(2) reports it (an
  *		asynchronous request retries after a short wait instead).
  *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
@@ -194,7 +196,7 @@
  *	EIO	reading the file failed, also after part of the range was
  *		read: nothing is sent (but for a SEND without a trailer,
  *		which sends the bytes read before the failure and returns
- *		their count, as sendfile(2) does: the next call fails).
+ *		the bytes sent, as sendfile(2) does: the next call fails).
  *
  * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
  * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM, or
