@@ -329,6 +329,17 @@ static bool ss_task_ready(struct task_struct *t)
 	return !ss_task_ending(t) && !(t->flags & (PF_IO_WORKER | PF_USER_WORKER));
 }
 
+/*
+ * @req's process, unless it is gone or going (also set by the last
+ * thread's exit(2): a zombie is gone).  Under rcu_read_lock().
+ */
+static struct task_struct *ss_live_process(struct ss_req *req)
+{
+	struct task_struct *p = pid_task(req->tgid, PIDTYPE_TGID);
+
+	return p && !(READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT) ? p : NULL;
+}
+
 static bool ss_task_add(struct ss_req *req)
 {
 	struct task_struct *p, *t;
@@ -337,8 +348,8 @@ static bool ss_task_add(struct ss_req *req)
 	if (ss_task_ready(req->task) && !ss_task_work_add(req->task, &req->tw, false))
 		return true;
 	rcu_read_lock();
-	p = pid_task(req->tgid, PIDTYPE_TGID);
-	if (!p || (READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT))
+	p = ss_live_process(req);
+	if (!p)
 		goto out;
 	/* Not inside a SEND, where TWA_SIGNAL would cut it short. */
 	for_each_thread(p, t) {
@@ -436,28 +447,19 @@ static int ss_wake(struct wait_queue_entry *wait, unsigned int mode, int sync,
 	return 0;
 }
 
-/* Is @req's process still there to send it (see ss_task_add())? */
-static bool ss_process_alive(struct ss_req *req)
-{
-	struct task_struct *p;
-	bool alive;
-
-	rcu_read_lock();
-	p = pid_task(req->tgid, PIDTYPE_TGID);
-	/* Also set by the last thread's exit(2): a zombie is not alive. */
-	alive = p && !(READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT);
-	rcu_read_unlock();
-	return alive;
-}
-
 static void ss_retry_fn(struct timer_list *t)
 {
 	struct ss_sock *ss = container_of(t, struct ss_sock, retry);
 	struct ss_req *head;
+	bool alive;
 
 	spin_lock(&ss->lock);
-	head = ss_head(ss);
-	if (ss->watch && ss->parked && head && ss_process_alive(head)) {
+	/* A watch of a parked FIFO: again while the head's process lives. */
+	head = ss->watch && ss->parked ? ss_head(ss) : NULL;
+	rcu_read_lock();
+	alive = head && ss_live_process(head);
+	rcu_read_unlock();
+	if (alive) {
 		mod_timer(&ss->retry, jiffies + SS_WATCH_PERIOD);
 		spin_unlock(&ss->lock);
 		return;

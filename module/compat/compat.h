@@ -267,6 +267,7 @@ static inline void stablesend_uring_watch_exit(void)
  */
 #if defined(HAVE_IO_URING_CMD_H) && !defined(HAVE_IO_URING_CMD_DATA) && \
 	!defined(HAVE_REQ_F_SQE_COPIED)
+#define STABLESEND_URING_KEEP_SQE	1	/* compat/uring.c */
 void stablesend_uring_keep_sqe(struct io_uring_cmd *cmd, unsigned int issue_flags);
 #else
 static inline void stablesend_uring_keep_sqe(struct io_uring_cmd *cmd,

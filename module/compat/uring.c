@@ -11,8 +11,9 @@
  * an exec, forever.  Here the marked commands are looked at four times a
  * second while there are any: one whose ring is dying (its reference
  * count killed at the close) or whose task's io_uring context is
- * cancelling all its requests (ss_watch_gone()) gets the same call.  A command leaves the watch
- * when it is completed (io_uring_cmd_done(), compat.h).
+ * cancelling all its requests (ss_watch_gone()) gets the same call.  A
+ * command leaves the watch when it is completed (io_uring_cmd_done(),
+ * compat.h).
  */
 #if defined(CONFIG_IO_URING) && !defined(HAVE_IO_URING_CMD_CANCELABLE)
 #include <linux/fs.h>
@@ -106,8 +107,7 @@ void stablesend_uring_watch_exit(void)
 }
 #endif
 
-#if defined(CONFIG_IO_URING) && defined(HAVE_IO_URING_CMD_H) && \
-	!defined(HAVE_IO_URING_CMD_DATA) && !defined(HAVE_REQ_F_SQE_COPIED)
+#if defined(CONFIG_IO_URING) && defined(STABLESEND_URING_KEEP_SQE)
 #include <linux/string.h>
 
 /*
