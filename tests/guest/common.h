@@ -577,6 +577,16 @@ static inline size_t pattern_mismatch(const unsigned char *b, size_t n,
 	return i;
 }
 
+/* How many of the @n bytes at @b, from the first, are @byte. */
+static inline size_t bytes_of(const unsigned char *b, size_t n, int byte)
+{
+	size_t i;
+
+	for (i = 0; i < n && b[i] == byte; i++)
+		;
+	return i;
+}
+
 static inline void set_rcvbuf_small(int fd)
 {
 	int v = 4096;

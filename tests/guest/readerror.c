@@ -42,15 +42,6 @@ static size_t pending(int fd, int ms, unsigned char *buf, size_t n)
 	return got > 0 ? (size_t)got : 0;
 }
 
-static int pattern_all(const unsigned char *b, size_t n, int byte)
-{
-	size_t i;
-
-	for (i = 0; i < n && b[i] == byte; i++)
-		;
-	return i == n;
-}
-
 static struct stablesend_req framed(int file, int sock, uint64_t len, int hdtr)
 {
 	struct stablesend_req r = ss_req(file, sock, 0, len, 7);
@@ -117,7 +108,7 @@ int main(void)
 			CHECK(res == PAGE, "SEND %s: %ld (%s), want the %d bytes before the failure",
 			      what, res, res < 0 ? strerror(errno) : "", PAGE);
 			got = read_full(b, buf, res > 0 ? (size_t)res : 0);
-			CHECK(got == PAGE && pattern_all(buf, got, 'f'),
+			CHECK(got == PAGE && bytes_of(buf, got, 'f') == got,
 			      "%s: the peer got %zu bytes, want the first page", what, got);
 			r = ss_req(file, a, PAGE, 2 * PAGE, 7);
 			errno = 0;
@@ -133,7 +124,7 @@ int main(void)
 			      res, res < 0 ? strerror(errno) : "");
 			got = read_full(b, buf, res > 0 ? (size_t)res : 0);
 			CHECK(got == PAGE + sizeof(HDTR) - 1 && !memcmp(buf, HDTR, sizeof(HDTR) - 1) &&
-			      pattern_all(buf + sizeof(HDTR) - 1, PAGE, 'f'),
+			      bytes_of(buf + sizeof(HDTR) - 1, PAGE, 'f') == PAGE,
 			      "header only: the peer got %zu bytes, want the header and the first page",
 			      got);
 		}

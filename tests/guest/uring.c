@@ -632,8 +632,7 @@ static void wait_memory(void)
 	/* The peer drains A; B gets its memory and follows. */
 	got = read_full(f.b, f.buf, 2 * len);
 	CHECK(got == 2 * len, "the peer got %zu of %zu", got, 2 * len);
-	for (i = 0; i < (int)got && f.buf[i] == 'w'; i++)
-		;
+	i = bytes_of(f.buf, got, 'w');
 	CHECK(i == (int)got, "byte %d is %#x, not the file's", i, f.buf[i]);
 	while (done < 2 && !ring_wait(&f.r, &cqe, 10000 * ss_debug_scale(4))) {
 		CHECK((cqe.user_data == 1 || cqe.user_data == 2) && cqe.res == (int)len,
@@ -701,8 +700,7 @@ static void *wait_reused_fn(void *arg)
 		got += n;
 	}
 	CHECK(got == len, "B's peer got %zu of %zu bytes", got, len);
-	CHECK(memchr(f.buf, 0, got) == NULL && (!got || f.buf[got - 1] == 'r'),
-	      "B's bytes are not the file's");
+	CHECK(bytes_of(f.buf, got, 'r') == got, "B's bytes are not the file's");
 	while (done < 3 && !ring_wait(&f.r, &cqe, 10000 * ss_debug_scale(4))) {
 		CHECK(cqe.user_data >= 1 && cqe.user_data <= 3 &&
 		      cqe.res == (int)(cqe.user_data == 1 ? hold : len),
@@ -931,8 +929,7 @@ static void thread_exit(void)
 	CHECK(res == -ETIME, "a CQE (%d) after its submitting thread exited, the peer not reading",
 	      res ? 0 : cqe.res);
 	got = read_full(f.b, f.buf, len);
-	for (i = 0; i < got && f.buf[i] == 'e'; i++)
-		;
+	i = bytes_of(f.buf, got, 'e');
 	CHECK(got == len && i == got, "the peer got %zu of %zu bytes, %zu of the file's",
 	      got, len, i);
 	if (res == -ETIME) {
