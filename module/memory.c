@@ -14,7 +14,8 @@
  *   back before anyone waits.  CAP_SYS_RESOURCE goes beyond the bound.
  * Completion records are bounded the same two ways, without waiting: per
  * open (SS_CQ_MAX) and per user (user_records), each counting the records
- * reserved by live requests plus those queued unread (ENOBUFS beyond).
+ * reserved by live requests plus those queued unread (ENOBUFS beyond);
+ * poll()'s EPOLLOUT waits for them as for memory.
  * An open's pages are charged to the memory cgroup of its opener, as a
  * socket's buffers are to its creator's (a pool page serves every thread
  * of the open in turn), and come from the NUMA node of the open.  A
@@ -408,11 +409,16 @@ bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr)
 	return true;
 }
 
-/* @nr records charged by ss_user_records_charge() are freed (or never made). */
+/*
+ * @nr records charged by ss_user_records_charge() are freed (or never
+ * made), and taken off the open's count before: pollers may have room.
+ */
 void ss_user_records_uncharge(struct ss_ctx *ctx, unsigned int nr)
 {
-	if (nr)
-		atomic_long_sub(nr, &ctx->user->records);
+	if (!nr)
+		return;
+	atomic_long_sub(nr, &ctx->user->records);
+	ss_user_wake(ctx->user);
 }
 
 /*
@@ -428,11 +434,10 @@ static u64 ss_room_for(unsigned long want, u64 limit)
 }
 
 /*
- * Room for another request, for poll(): what ss_room_for() says free under
- * the open's limit and under the user's, idle pool pages counting as
- * free.  Less would have a level-triggered event loop spin on EAGAIN.
+ * Memory for another request: what ss_room_for() says free under the
+ * open's limit and under the user's, idle pool pages counting as free.
  */
-bool ss_room(struct ss_ctx *ctx)
+static bool ss_room_mem(struct ss_ctx *ctx)
 {
 	u64 limit = READ_ONCE(stablesend_user_limit);
 	u64 mem_limit = READ_ONCE(ctx->mem_limit);
@@ -444,6 +449,31 @@ bool ss_room(struct ss_ctx *ctx)
 		return true;
 	return atomic64_read(&ctx->user->busy) + ss_room_for(want, limit) <=
 	       limit;
+}
+
+/*
+ * Completion records for another request: one, or as many as the last
+ * request refused them took (two with RELEASED), under both bounds.
+ */
+static bool ss_room_records(struct ss_ctx *ctx)
+{
+	unsigned long want = READ_ONCE(ctx->records_want) ?: 1;
+
+	if (READ_ONCE(ctx->cq_nr) + READ_ONCE(ctx->cq_reserved) + want >
+	    SS_CQ_MAX)
+		return false;
+	return ctx->unbounded ||
+	       atomic_long_read(&ctx->user->records) + want <=
+	       READ_ONCE(stablesend_user_records);
+}
+
+/*
+ * Room for another request, for poll(): its memory and its records.  Less
+ * would have a level-triggered event loop spin on EAGAIN or ENOBUFS.
+ */
+bool ss_room(struct ss_ctx *ctx)
+{
+	return ss_room_records(ctx) && ss_room_mem(ctx);
 }
 
 /* Put @ctx on its user's list of opens waiting for room, if not on it. */
@@ -495,7 +525,8 @@ bool ss_room_poll(struct ss_ctx *ctx)
 	smp_mb();
 	if (ss_room(ctx))
 		return true;
-	ss_user_starved(ctx);	/* it waits in poll(), for our pages */
+	if (!ss_room_mem(ctx))
+		ss_user_starved(ctx);	/* it waits in poll(), for our pages */
 	return false;
 }
 
@@ -516,16 +547,35 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
 }
 
 /**
+ * ss_records_refused - a request was refused @nr completion records (ENOBUFS)
+ * @ctx:	its open
+ * @nr:		records it needs (one or two)
+ *
+ * As ss_room_refused(): poll() says EPOLLOUT once @nr are free, until a
+ * request of the open gets its records.
+ */
+void ss_records_refused(struct ss_ctx *ctx, unsigned int nr)
+{
+	WRITE_ONCE(ctx->records_want, nr);
+	ss_room_list(ctx);
+	ss_room_wake_one(ctx);
+}
+
+/**
  * ss_room_got - a request of @ctx got its memory (or waits for it)
  * @ctx:	its open
  *
- * Ends the wait for a refused size: the open is making progress, and a
- * refused request given up must not keep EPOLLOUT away (at worst a
- * resubmit of one too large for what is free is refused again).
+ * Ends the wait for a refused size or number of records: the open is
+ * making progress, and a refused request given up must not keep EPOLLOUT
+ * away (at worst a resubmit of one too large for what is free is refused
+ * again).
  */
 void ss_room_got(struct ss_ctx *ctx)
 {
-	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
+	bool was = READ_ONCE(ctx->records_want) &&
+		   xchg(&ctx->records_want, 0);
+
+	if ((READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0)) || was)
 		ss_room_wake_one(ctx);
 }
 
@@ -1065,7 +1115,8 @@ MODULE_PARM_DESC(user_limit,
 
 static int ss_user_records_set(const char *val, const struct kernel_param *kp)
 {
-	unsigned int nr;
+	struct ss_user *u;
+	unsigned int nr, bkt;
 	int err;
 
 	err = kstrtouint(val, 0, &nr);
@@ -1074,8 +1125,12 @@ static int ss_user_records_set(const char *val, const struct kernel_param *kp)
 	/* A request with RELEASED takes two: one would refuse it forever. */
 	if (nr == 1)
 		return -EINVAL;
-	/* Nobody waits for records: a new bound holds from the next request. */
 	WRITE_ONCE(stablesend_user_records, nr ?: SS_USER_RECORDS);
+	/* Pollers look again; requests are held to it from the next one. */
+	spin_lock(&ss_users_lock);
+	hash_for_each(ss_users, bkt, u, node)
+		ss_user_wake(u);
+	spin_unlock(&ss_users_lock);
 	return 0;
 }
 

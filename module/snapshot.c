@@ -244,8 +244,11 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 		goto fail;
 	}
 	err = ss_reserve_cq(ctx, ncqe);
-	if (err)
+	if (err) {
+		/* poll() says EPOLLOUT once that many are free. */
+		ss_records_refused(ctx, ncqe);
 		goto fail;
+	}
 	req->cq_charged = ncqe;
 	req->need = need;
 	/* The user's bound: waiting here holds nothing the user has. */

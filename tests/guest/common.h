@@ -293,6 +293,14 @@ static inline char proc_state(pid_t pid)
 }
 
 /* Module-wide counter from /sys/class/misc/stablesend/stats/. */
+/* What poll() reports for @events on @fd now, without waiting. */
+static inline short poll_now(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	return poll(&p, 1, 0) == 1 ? p.revents : 0;
+}
+
 static inline long long ss_stat(const char *name)
 {
 	char path[128], buf[64];

@@ -6,7 +6,9 @@
  * 65536 are accepted, the next SUBMIT fails with ENOBUFS and takes
  * nothing; a request asking for RELEASED as well needs two records; each
  * record read makes room for one more.  SEND queues no SENT record, so it
- * still works at the bound.  Not on the debug kernel (90 s there).
+ * still works at the bound.  poll() says POLLIN and not POLLOUT at the
+ * bound, and POLLOUT once a record is free (two after a request with
+ * RELEASED was refused).  Not on the debug kernel (90 s there).
  * test-timeout: 240
  */
 #include "stress.h"
@@ -80,6 +82,10 @@ int main(void)
 	CHECK(ss_submit(dev, reqs, 1) == -1 && errno == ENOBUFS,
 	      "SUBMIT with %d records unread: %s, want ENOBUFS", CQ_MAX,
 	      strerror(errno));
+	/* Memory is free, records are not: no POLLOUT (it would spin). */
+	CHECK(poll_now(dev, POLLIN | POLLOUT) == POLLIN,
+	      "poll at %d records unread: %#x, want POLLIN alone", CQ_MAX,
+	      poll_now(dev, POLLIN | POLLOUT));
 
 	/* SEND queues no SENT record: not bounded by them. */
 	CHECK(ss_send(dev, &reqs[0]) == 1, "SEND at the bound: %s", strerror(errno));
@@ -90,14 +96,17 @@ int main(void)
 	CHECK(ss_submit(dev, &reqs[1], 1) == -1 && errno == ENOBUFS,
 	      "RELEASED request with one record free: %s, want ENOBUFS",
 	      strerror(errno));
+	CHECK(!(poll_now(dev, POLLOUT) & POLLOUT),
+	      "POLLOUT with one record free after a RELEASED request was refused");
 	reqs[1].flags = 0;
 	CHECK(ss_submit(dev, &reqs[1], 1) == 1, "one request after one record read: %s",
 	      strerror(errno));
 	CHECK(ss_submit(dev, &reqs[2], 1) == -1 && errno == ENOBUFS,
 	      "the 65537th: %s, want ENOBUFS", strerror(errno));
 
-	/* Two read: the RELEASED one fits. */
+	/* Two read: POLLOUT, and the RELEASED one fits. */
 	CHECK(ss_reap(dev, cqe, 2, 1000) == 2, "read two records");
+	CHECK(poll_now(dev, POLLOUT) == POLLOUT, "no POLLOUT with two records free");
 	reqs[3].flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	CHECK(ss_submit(dev, &reqs[3], 1) == 1, "RELEASED request with two records free: %s",
 	      strerror(errno));

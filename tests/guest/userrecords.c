@@ -14,8 +14,13 @@
  * - meanwhile uid 65533 takes 800 records and reads all of them; root
  *   with CAP_SYS_RESOURCE goes beyond the bound (1500 on one open), root
  *   without it is held to 1000;
- * - 10 records read on one of nobody's opens let exactly 5 requests in on
- *   another one;
+ * - at the bound no open polls POLLOUT (memory is free: without the
+ *   records in poll() an event loop would spin on ENOBUFS); a thread
+ *   blocked in poll() for POLLOUT on one open is woken by 10 records read
+ *   on another, which let exactly 5 requests in there; with one record
+ *   free the open whose RELEASED request (two) was refused polls no
+ *   POLLOUT while one whose last refusal was for one record does, and
+ *   the second record gives the first its POLLOUT too;
  * - once nobody's opens are closed its count is 0 (seen from a fifth open
  *   that stays, so that the user's count is not simply made anew), and
  *   one fresh open takes the whole 1000 again;
@@ -157,6 +162,34 @@ static void all_refuse(const int *dev, int n, int sock, int file,
 	}
 }
 
+/* No open of @dev[0..@n) polls POLLOUT. */
+static void none_writable(const int *dev, int n, const char *when)
+{
+	for (int i = 0; i < n; i++)
+		CHECK(!(poll_now(dev[i], POLLOUT) & POLLOUT),
+		      "open %d, %s: POLLOUT, but a request gets ENOBUFS", i, when);
+}
+
+struct poller {
+	int dev;
+	pthread_t thread;
+	volatile pid_t tid;	/* its thread id, once running */
+	short revents;		/* what its poll() returned */
+	double woke;		/* when it returned (now_s()) */
+};
+
+/* Wait up to 10 s in poll() for POLLOUT. */
+static void *poll_out(void *arg)
+{
+	struct poller *p = arg;
+	struct pollfd pfd = { .fd = p->dev, .events = POLLOUT };
+
+	p->tid = syscall(SYS_gettid);
+	p->revents = poll(&pfd, 1, 10000) == 1 ? pfd.revents : 0;
+	p->woke = now_s();
+	return NULL;
+}
+
 /* Child @pid must exit 0 within 60 s; one that does not is killed. */
 static void child_ok(pid_t pid, const char *what)
 {
@@ -184,7 +217,9 @@ static void nobody_opens(int file, int done, int go)
 {
 	struct stablesend_cqe cqe[10];
 	int dev[NOPENS], sock, taken, err, n, keep;
+	struct poller p = { 0 };
 	struct stablesend_req r;
+	double t0;
 	char c;
 
 	become(NOBODY);
@@ -212,6 +247,7 @@ static void nobody_opens(int file, int done, int go)
 	      "records queued on nobody's opens: %lld of %d",
 	      pending(dev, NOPENS), taken);
 	all_refuse(dev, NOPENS, sock, file, "records unread");
+	none_writable(dev, NOPENS, "records unread");
 	/* SEND queues no SENT record: not held by the bound. */
 	r = ss_req(file, sock, 0, 1, 8);
 	CHECK(ss_send(dev[2], &r) == 1, "SEND at the user's bound: %s",
@@ -219,14 +255,41 @@ static void nobody_opens(int file, int done, int go)
 	if (write(done, "f", 1) != 1 || read(go, &c, 1) != 1)
 		_exit(94);
 
-	/* 10 records read on one open make room for 5 requests on another. */
+	/*
+	 * 10 records read on one open wake a poller of another and make room
+	 * for 5 requests there.
+	 */
+	p.dev = dev[2];
+	REQUIRE(!pthread_create(&p.thread, NULL, poll_out, &p), "poll thread");
+	for (int i = 0; i < 500 && (!p.tid || thread_state(p.tid) != 'S'); i++)
+		usleep(10000);
+	usleep(200000);	/* asleep in poll() by now, not on its way */
+	t0 = now_s();
 	CHECK(ss_reap(dev[1], cqe, 10, 1000) == 10, "read 10 records");
+	pthread_join(p.thread, NULL);
+	printf("nobody: a poller of one open woken %.3f s after 10 records were read on another (revents %#x)\n",
+	       p.woke - t0, p.revents);
+	CHECK(p.revents == POLLOUT && p.woke >= t0 && p.woke - t0 < 1,
+	      "a poller of open 2: revents %#x %.2f s after 10 records read on open 1",
+	      p.revents, p.woke - t0);
 	n = fill(&dev[2], 1, sock, file, 4 * BOUND, &err) / 2;
 	printf("nobody: 10 records read on one open, %d requests taken on another, then %s\n",
 	       n, err ? strerror(err) : "none refused");
 	CHECK(n == 5 && err == ENOBUFS,
 	      "10 records read on open 1: open 2 took %d requests of 2 records, then %s",
 	      n, err ? strerror(err) : "none refused");
+	none_writable(dev, NOPENS, "at the bound again");
+	/* One free: open 2 was refused two, open 3 one (all_refuse()). */
+	CHECK(ss_reap(dev[1], cqe, 1, 1000) == 1, "read 1 record");
+	CHECK(!(poll_now(dev[2], POLLOUT) & POLLOUT),
+	      "open 2 polls POLLOUT with one record free, refused two");
+	CHECK(poll_now(dev[3], POLLOUT) == POLLOUT,
+	      "open 3 polls no POLLOUT with one record free, refused one");
+	CHECK(ss_reap(dev[1], cqe, 1, 1000) == 1, "read 1 more record");
+	CHECK(poll_now(dev[2], POLLOUT) == POLLOUT,
+	      "open 2 polls no POLLOUT with two records free");
+	CHECK(fill(&dev[2], 1, sock, file, 2, &err) == 2 && !err,
+	      "open 2 with two records free: %s", strerror(err));
 	CHECK(pending_wait(dev, NOPENS, BOUND) == BOUND,
 	      "records queued on nobody's opens: %lld of %d",
 	      pending(dev, NOPENS), BOUND);

@@ -89,7 +89,10 @@
  * thread's, any io_uring command's, also one with STABLESEND_URING_F_WAIT
  * that io_uring then retries) was refused for memory, as much as it needs,
  * until a request of this open gets its memory (a refused size over a
- * limit lowered since is not waited for).  The fd has one wait queue, so
+ * limit lowered since is not waited for); and only while a completion
+ * record is free under both of their bounds (below, ENOBUFS), two after
+ * a request of this open was refused for its two, until one of its
+ * requests gets its records.  The fd has one wait queue, so
  * select(2), poll(2), epoll(7), io_uring's IORING_OP_POLL_ADD and aio's
  * IOCB_CMD_POLL all work.  A wake-up that carries EPOLLOUT is sent only
  * when the amount EPOLLOUT waits for (above) was seen free (another open
@@ -186,8 +189,8 @@
  *		opened the device together have user_records of them (module
  *		parameter, default 262144, at least 2; unless
  *		CAP_SYS_RESOURCE): read some first, on whichever of the
- *		user's opens holds them.  It never waits, and no poll event
- *		tells when records were read (EPOLLOUT is about memory).  SEND: also when the socket
+ *		user's opens holds them.  It never waits; EPOLLOUT (above)
+ *		comes once the records are free.  SEND: also when the socket
  *		could not allocate a buffer, as send(2) reports it (an
  *		asynchronous request retries after a short wait instead).
  *	ECANCELED (SEND only) cancelled by STABLESEND_IOC_CANCEL first.
