@@ -292,6 +292,39 @@ static void fdinfo_field(const char *text, const char *key, char *out,
 	}
 }
 
+/* What one user holds over all its opens: the same in each open's fdinfo. */
+static const char *const user_keys[] = {
+	"stablesend-user", "stablesend-user-held", "stablesend-user-records",
+	"stablesend-user-rx-kicks",
+};
+
+#define MAX_USERS	64
+
+static struct {
+	char val[sizeof(user_keys) / sizeof(user_keys[0])][32];
+} users[MAX_USERS];
+static unsigned int nr_users, users_left_out;
+
+/* The user of the open whose fdinfo is @text, unless already listed. */
+static void note_user(const char *text)
+{
+	char uid[32];
+	unsigned int i;
+
+	fdinfo_field(text, user_keys[0], uid, sizeof(uid));
+	for (i = 0; i < nr_users; i++)
+		if (!strcmp(users[i].val[0], uid))
+			return;
+	if (nr_users == MAX_USERS) {
+		users_left_out++;
+		return;
+	}
+	for (i = 0; i < sizeof(user_keys) / sizeof(user_keys[0]); i++)
+		fdinfo_field(text, user_keys[i], users[nr_users].val[i],
+			     sizeof(users[nr_users].val[i]));
+	nr_users++;
+}
+
 /* One open of the device by @pid, fd @fd: its line of the table. */
 static void print_open(const char *pid, const char *fd)
 {
@@ -300,6 +333,7 @@ static void print_open(const char *pid, const char *fd)
 		"stablesend-completed", "stablesend-failed",
 		"stablesend-bytes-sent", "stablesend-mem-in-use",
 		"stablesend-mem-pooled", "stablesend-mem-limit",
+		"stablesend-records-pending",
 	};
 	char path[PATH_MAX], comm[64] = "?", text[4096], val[32];
 	ssize_t n;
@@ -329,11 +363,14 @@ static void print_open(const char *pid, const char *fd)
 		printf(i ? " %12s" : " %6s", val);
 	}
 	printf("\n");
+	note_user(text);
 }
 
 /*
  * Every open of the device in the processes we may look at (all of them
- * for root): what each holds, from /proc/PID/fdinfo.
+ * for root): what each holds, from /proc/PID/fdinfo; then what each of
+ * their users holds over all its opens (user_limit and user_records bound
+ * those: module parameters).
  */
 static void print_opens(void)
 {
@@ -349,10 +386,10 @@ static void print_opens(void)
 		return;
 	printf("opens (/proc/PID/fdinfo%s):\n",
 	       geteuid() ? "; run as root to see every process" : "");
-	printf("  %7s %-15s %4s %6s %12s %12s %12s %12s %12s %12s %12s\n",
+	printf("  %7s %-15s %4s %6s %12s %12s %12s %12s %12s %12s %12s %12s\n",
 	       "PID", "COMMAND", "FD", "UID", "SUBMITTED", "COMPLETED",
 	       "FAILED", "BYTES_SENT", "MEM_IN_USE", "MEM_POOLED",
-	       "MEM_LIMIT");
+	       "MEM_LIMIT", "RECORDS");
 	while ((p = readdir(proc))) {
 		char path[PATH_MAX];
 
@@ -377,8 +414,19 @@ static void print_opens(void)
 		closedir(fds);
 	}
 	closedir(proc);
-	if (!seen)
+	if (!seen) {
 		printf("  (none)\n");
+		return;
+	}
+	printf("users of those opens (all their opens together):\n");
+	printf("  %6s %12s %12s %12s\n", "UID", "MEM_HELD", "RECORDS",
+	       "RX_KICKS");
+	for (unsigned int i = 0; i < nr_users; i++)
+		printf("  %6s %12s %12s %12s\n", users[i].val[0],
+		       users[i].val[1], users[i].val[2], users[i].val[3]);
+	if (users_left_out)
+		printf("  (%u more opens of other users not shown)\n",
+		       users_left_out);
 }
 
 static int cmd_status(int argc, char **argv)

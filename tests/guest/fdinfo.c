@@ -3,7 +3,8 @@
  * An admin sees which processes use the module and what each holds:
  * /proc/PID/fdinfo/FD of a device fd shows what that open submitted and
  * sent, the memory it holds and its limit, and the user it counts against;
- * `stablesend status` lists every open with its process.  The tool's own
+ * `stablesend status` lists every open with its process, and once each
+ * user with what all its opens hold (memory, records).  The tool's own
  * source is built into this test (its main() renamed), so what is checked
  * is the code that ships.
  */
@@ -69,7 +70,8 @@ static int run_status(char *out, size_t n)
 
 /* The status line of @pid's fd @fd: its fields, or 0 if not listed. */
 static int status_line(const char *out, pid_t pid, int fd, char *uid,
-		       long long *submitted, long long *inuse)
+		       long long *submitted, long long *inuse,
+		       long long *records)
 {
 	const char *p;
 
@@ -79,9 +81,28 @@ static int status_line(const char *out, pid_t pid, int fd, char *uid,
 
 		if (*p == '\n')
 			p++;
-		if (sscanf(p, " %d %63s %d %15s %lld %*s %*s %*s %lld", &lpid, comm,
-			   &lfd, uid, submitted, inuse) == 6 &&
+		if (sscanf(p, " %d %63s %d %15s %lld %*s %*s %*s %lld %*s %*s %lld",
+			   &lpid, comm, &lfd, uid, submitted, inuse,
+			   records) == 7 &&
 		    lpid == pid && lfd == fd)
+			return 1;
+	}
+	return 0;
+}
+
+/* The users-table line of @uid: its memory and records, or 0 if not listed. */
+static int user_line(const char *out, const char *uid, long long *held,
+		     long long *records)
+{
+	const char *p = strstr(out, "\nusers of those opens");
+
+	for (; p; p = strchr(p, '\n')) {
+		char luid[16];
+
+		if (*p == '\n')
+			p++;
+		if (sscanf(p, " %15s %lld %lld", luid, held, records) == 3 &&
+		    !strcmp(luid, uid))
 			return 1;
 	}
 	return 0;
@@ -90,7 +111,7 @@ static int status_line(const char *out, pid_t pid, int fd, char *uid,
 int main(void)
 {
 	int file = temp_file(1 << 20, 'f'), dev, peer, sync[2], back[2];
-	long long submitted, inuse;
+	long long submitted, inuse, held, records;
 	char out[16384], uid[16];
 	int cfd = -1, st;
 	pid_t child;
@@ -138,21 +159,29 @@ int main(void)
 
 	REQUIRE(run_status(out, sizeof(out)) == 0, "stablesend status");
 	printf("%s", out);
-	CHECK(status_line(out, getpid(), dev, uid, &submitted, &inuse) &&
+	CHECK(status_line(out, getpid(), dev, uid, &submitted, &inuse, &records) &&
 	      !strcmp(uid, "0") && submitted == 1 && inuse >= LEN,
 	      "status lists our open (uid 0, 1 submitted, memory in use)");
-	CHECK(status_line(out, child, cfd, uid, &submitted, &inuse) &&
-	      !strcmp(uid, "65534") && submitted == 1 && inuse >= LEN,
-	      "status lists the child's open (uid 65534)");
+	CHECK(status_line(out, child, cfd, uid, &submitted, &inuse, &records) &&
+	      !strcmp(uid, "65534") && submitted == 1 && inuse >= LEN &&
+	      records == 1,
+	      "status lists the child's open (uid 65534, its SENT record unread)");
+	/* nobody's one open: its one request's memory and its SENT record. */
+	CHECK(user_line(out, "65534", &held, &records) && held >= LEN &&
+	      records == fdinfo_num(child, cfd, "stablesend-user-records") &&
+	      records == 1,
+	      "status lists user 65534 once, holding its request and 1 record");
+	CHECK(user_line(out, "0", &held, &records) && held >= LEN &&
+	      records >= 1, "status lists user 0");
 
 	/* The child exits: its open is gone from the list. */
 	REQUIRE(write(back[1], "x", 1) == 1, "release the child");
 	REQUIRE(waitpid(child, &st, 0) == child, "waitpid");
 	CHECK(WIFEXITED(st) && !WEXITSTATUS(st), "child exit status %d", st);
 	REQUIRE(run_status(out, sizeof(out)) == 0, "stablesend status again");
-	CHECK(!status_line(out, child, cfd, uid, &submitted, &inuse),
+	CHECK(!status_line(out, child, cfd, uid, &submitted, &inuse, &records),
 	      "status no longer lists the exited child");
-	CHECK(status_line(out, getpid(), dev, uid, &submitted, &inuse),
+	CHECK(status_line(out, getpid(), dev, uid, &submitted, &inuse, &records),
 	      "status still lists our open");
 
 	close(peer);
