@@ -20,7 +20,7 @@
 			 STABLESEND_FEAT_RELEASE | STABLESEND_FEAT_TCP |	\
 			 STABLESEND_FEAT_UNIX | STABLESEND_FEAT_KTLS |		\
 			 STABLESEND_FEAT_SPLICE_PAGES |				\
-			 STABLESEND_FEAT_SEND_SOCKFLAGS |			\
+			 STABLESEND_FEAT_SEND_SOCKFLAGS | STABLESEND_FEAT_NOWAIT | \
 			 (IS_ENABLED(CONFIG_IO_URING) ? STABLESEND_FEAT_URING : 0))
 
 /* An open's limit: no more than a synchronous result or its user may hold. */
@@ -285,8 +285,6 @@ static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 		done += rec;
 		n--;
 	}
-	/* The records put back below stay the user's. */
-	ss_user_records_uncharge(ctx, done / rec);
 	if (n) {
 		/* Put back what could not be copied, in order. */
 		spin_lock(&ctx->lock);
@@ -296,6 +294,8 @@ static ssize_t ss_read(struct file *file, char __user *buf, size_t count,
 		/* Others may have found none meanwhile, and sleep. */
 		wake_up_interruptible_poll(&ctx->cq_wait, EPOLLIN | EPOLLRDNORM);
 	}
+	/* Those read (not those put back) are free: after the open's count. */
+	ss_user_records_uncharge(ctx, done / rec);
 	return done ?: -EFAULT;
 }
 

@@ -125,8 +125,9 @@ static void ss_room_wake(struct ss_ctx *ctx)
 }
 
 /*
- * The user's requests gave memory back, or the limit changed: the opens
- * on its list that have room now come off it, and their pollers are woken.
+ * The user's requests gave memory or completion records back, or a limit
+ * changed: the opens on its list that have room now come off it, and
+ * their pollers are woken.
  */
 static void ss_user_wake(struct ss_user *u)
 {
@@ -319,10 +320,8 @@ static int ss_user_charge_slow(struct ss_ctx *ctx, u64 need, bool nonblock,
 			if (ss_user_try_charge(u, need, limit))
 				return 0;
 		}
-		if (nonblock) {
-			ss_user_starved(ctx);
-			return -EAGAIN;
-		}
+		if (nonblock)
+			return -EAGAIN;	/* ss_req_alloc() tells the reaper */
 		err = ss_sender_pause(sender);
 		if (err)
 			return err;
@@ -351,7 +350,8 @@ static int ss_user_charge_slow(struct ss_ctx *ctx, u64 need, bool nonblock,
  * @sender:	the caller's SEND registry entry, or NULL
  *
  * Called in the submitter's context, before anything of the open is
- * reserved.  Over the bound the submitter's CAP_SYS_RESOURCE lets it pass.
+ * reserved.  Over the bound the opener's CAP_SYS_RESOURCE (at open) lets
+ * it pass.
  */
 int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 		    struct ss_sender *sender)
@@ -375,6 +375,27 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 	if (READ_ONCE(u->starved))
 		WRITE_ONCE(u->starved, false);
 	return 0;
+}
+
+/**
+ * ss_mem_free_now - snapshot memory a request of @ctx may take without waiting
+ * @ctx:	the open
+ *
+ * Under the open's limit and under its user's (idle pool pages counting
+ * as free), in whole chunks: a request of that many bytes needs no more.
+ */
+u64 ss_mem_free_now(struct ss_ctx *ctx)
+{
+	u64 limit = READ_ONCE(ctx->mem_limit), used = READ_ONCE(ctx->mem_used);
+	u64 free = used < limit ? limit - used : 0;
+
+	if (!ctx->unbounded) {
+		u64 ulimit = READ_ONCE(stablesend_user_limit);
+		u64 busy = atomic64_read(&ctx->user->busy);
+
+		free = min(free, busy < ulimit ? ulimit - busy : 0);
+	}
+	return round_down(free, SS_CHUNK_SIZE);
 }
 
 /**
@@ -452,13 +473,16 @@ static bool ss_room_mem(struct ss_ctx *ctx)
 }
 
 /*
- * Completion records for another request: one, or as many as the last
- * request refused them took (two with RELEASED), under both bounds.
+ * Completion records, once a request of the open was refused them: as
+ * many as it needed, under both bounds.  Not before: requests that take
+ * none (SEND without RELEASED, io_uring commands) must not wait for them.
  */
 static bool ss_room_records(struct ss_ctx *ctx)
 {
-	unsigned long want = READ_ONCE(ctx->records_want) ?: 1;
+	unsigned long want = READ_ONCE(ctx->records_want);
 
+	if (!want)
+		return true;
 	if (READ_ONCE(ctx->cq_nr) + READ_ONCE(ctx->cq_reserved) + want >
 	    SS_CQ_MAX)
 		return false;
@@ -489,7 +513,10 @@ static void ss_room_list(struct ss_ctx *ctx)
 	spin_unlock(&u->poll_lock);
 }
 
-/* @ctx's own wait changed (ss_room_refused(), ss_room_got()): it alone. */
+/*
+ * @ctx's own wait changed (ss_room_refused(), ss_records_refused(),
+ * ss_room_got(), ss_records_got()): it alone.
+ */
 static void ss_room_wake_one(struct ss_ctx *ctx)
 {
 	struct ss_user *u = ctx->user;
@@ -508,13 +535,13 @@ static void ss_room_wake_one(struct ss_ctx *ctx)
  * ss_room_poll - poll() of @ctx for EPOLLOUT found no room
  * @ctx:	the open, its queue given to the poll table
  *
- * The open waits on its user's list: memory of any open of the user's
- * coming back (or user_limit changing) wakes its pollers once a request
- * fits, and takes it off.  So
+ * The open waits on its user's list: memory or completion records of any
+ * open of the user's coming back (or user_limit or user_records changing)
+ * wakes its pollers once a request fits, and takes it off.  So
  * the open has one wait queue (aio's IOCB_CMD_POLL takes no more).  As
  * with a socket's write space, a poller that is not polled again (io_uring's
  * multishot) is woken again only after someone found no room again: a
- * poll, or a request refused for memory.
+ * poll, or a request refused for memory or records.
  *
  * Return: whether there is room after all.
  */
@@ -552,30 +579,40 @@ void ss_room_refused(struct ss_ctx *ctx, u64 need)
  * @nr:		records it needs (one or two)
  *
  * As ss_room_refused(): poll() says EPOLLOUT once @nr are free, until a
- * request of the open gets its records.
+ * request of the open gets its records (ss_records_got()).
  */
 void ss_records_refused(struct ss_ctx *ctx, unsigned int nr)
 {
 	WRITE_ONCE(ctx->records_want, nr);
 	ss_room_list(ctx);
+	/* Records read before it was on the list. */
 	ss_room_wake_one(ctx);
+}
+
+/**
+ * ss_records_got - a request of @ctx got its completion records (one or two)
+ * @ctx:	its open
+ *
+ * Ends the wait for refused records, as ss_room_got() for memory, whether
+ * the request then gets its memory or not.
+ */
+void ss_records_got(struct ss_ctx *ctx)
+{
+	if (READ_ONCE(ctx->records_want) && xchg(&ctx->records_want, 0))
+		ss_room_wake_one(ctx);
 }
 
 /**
  * ss_room_got - a request of @ctx got its memory (or waits for it)
  * @ctx:	its open
  *
- * Ends the wait for a refused size or number of records: the open is
- * making progress, and a refused request given up must not keep EPOLLOUT
- * away (at worst a resubmit of one too large for what is free is refused
- * again).
+ * Ends the wait for a refused size: the open is making progress, and a
+ * refused request given up must not keep EPOLLOUT away (at worst a
+ * resubmit of one too large for what is free is refused again).
  */
 void ss_room_got(struct ss_ctx *ctx)
 {
-	bool was = READ_ONCE(ctx->records_want) &&
-		   xchg(&ctx->records_want, 0);
-
-	if ((READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0)) || was)
+	if (READ_ONCE(ctx->room_want) && xchg(&ctx->room_want, 0))
 		ss_room_wake_one(ctx);
 }
 

@@ -166,6 +166,8 @@ static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
 {
 	int err = 0;
 
+	if (!ncqe)
+		return 0;
 	spin_lock(&ctx->lock);
 	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX ||
 	    !ss_user_records_charge(ctx, ncqe))
@@ -181,7 +183,7 @@ static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
  * @ctx:	the open submitting it
  * @total:	bytes the request will carry at most
  * @sender:	a SEND's registry entry (synchronous: no SENT record), or NULL
- * @flags:	STABLESEND_REQ_*
+ * @flags:	STABLESEND_REQ_* (NOWAIT: no poller waits after a refusal)
  * @nonblock:	fail with EAGAIN instead of waiting for memory
  * @ucmd:	the io_uring command it completes (no records), or NULL
  *
@@ -250,6 +252,8 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 		goto fail;
 	}
 	req->cq_charged = ncqe;
+	if (ncqe)
+		ss_records_got(ctx);
 	req->need = need;
 	/* The user's bound: waiting here holds nothing the user has. */
 	err = ss_user_reserve(ctx, need, nonblock, sender);
@@ -261,7 +265,6 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	if (!err) {
 		req->charged = need;
 	} else if (nonblock) {
-		ss_user_starved(ctx);
 		goto fail_mem;
 	} else {
 		err = ss_reserve_lock(ctx, sender);
@@ -272,9 +275,16 @@ struct ss_req *ss_req_alloc(struct ss_ctx *ctx, u64 total,
 	ss_room_got(ctx);
 	return req;
 fail_mem:
-	/* poll() says EPOLLOUT once this much is free: not before it fits. */
-	if (err == -EAGAIN)
-		ss_room_refused(ctx, need);
+	/*
+	 * Our pages parked in the stack may help (the next call soon).
+	 * poll() says EPOLLOUT once this much is free: not before it fits;
+	 * not for a SEND that goes another way (STABLESEND_REQ_NOWAIT).
+	 */
+	if (err == -EAGAIN) {
+		ss_user_starved(ctx);
+		if (!(flags & STABLESEND_REQ_NOWAIT))
+			ss_room_refused(ctx, need);
+	}
 fail:
 	ss_req_put(req);
 	return ERR_PTR(err);

@@ -100,7 +100,7 @@ struct ss_ctx {
 	u64 mem_limit;
 	u64 mem_used;		/* bytes reserved by live requests */
 	unsigned long room_want;	/* need of the last request refused memory */
-	unsigned int records_want;	/* records of the last one refused them */
+	unsigned int records_want;	/* records of the last request refused them */
 	u64 pooled;		/* bytes of free pages on @pool */
 	struct list_head pool[SS_CHUNK_ORDER + 1];	/* by order, page->lru */
 	struct stablesend_counters stats;
@@ -236,8 +236,10 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
 bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr);
 void ss_user_records_uncharge(struct ss_ctx *ctx, unsigned int nr);
 bool ss_room(struct ss_ctx *ctx);
+u64 ss_mem_free_now(struct ss_ctx *ctx);
 void ss_room_refused(struct ss_ctx *ctx, u64 need);
 void ss_records_refused(struct ss_ctx *ctx, unsigned int nr);
+void ss_records_got(struct ss_ctx *ctx);
 void ss_room_got(struct ss_ctx *ctx);
 bool ss_room_poll(struct ss_ctx *ctx);
 void ss_room_unpoll(struct ss_ctx *ctx);
@@ -259,6 +261,7 @@ bool ss_user_kick_take(struct ss_ctx *ctx, unsigned long now);
 /* transmit.c */
 int ss_sock_check(struct socket *sock, bool *copies);
 int ss_enqueue(struct ss_req *req, struct socket *sock);
+bool ss_sock_idle(struct socket *sock);
 void ss_submit_send(struct ss_req *req);
 int ss_sender_enter(struct ss_sender *s);
 void ss_sender_leave(struct ss_sender *s);

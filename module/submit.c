@@ -34,17 +34,21 @@ static int ss_check_req(const struct stablesend_req *ur)
  * A non-blocking SEND sends what the socket takes at once, about its
  * send buffer at most (TCP may take up to a buffer more, as it looks at
  * the room before each): snapshot no more file bytes than that (but the
- * header, and at least one byte).  A request cut short loses its
- * trailer (the caller's next call sends it, after the rest of the file),
- * as the bytes reported are a prefix of header, file bytes and trailer.
- * Returns the request to use: @ur, or @capped with *@flen cut.
+ * header, and at least one byte), nor than @mem_free unless it is 0 (whole
+ * chunks, which need no more than their size).  A request cut short loses
+ * its trailer (the caller's next call sends it, after the rest of the
+ * file), as the bytes reported are a prefix of header, file bytes and
+ * trailer.  Returns the request to use: @ur, or @capped with *@flen cut.
  */
 static const struct stablesend_req *
 ss_nonblock_cap(const struct stablesend_req *ur, struct stablesend_req *capped,
-		struct sock *sk, u64 *flen)
+		struct sock *sk, u64 *flen, u64 mem_free)
 {
 	u64 room = max(READ_ONCE(sk->sk_sndbuf), 0);
 	u64 keep;
+
+	if (mem_free)
+		room = min(room, mem_free);
 
 	if ((u64)ur->head_len + *flen + ur->tail_len <= room)
 		return ur;
@@ -85,7 +89,8 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 	bool sync = sender;
 	struct stablesend_req capped;
 	unsigned int sflags;
-	bool sock_nonblock;
+	bool sock_nonblock, nowait;
+	u32 rflags;
 	struct ss_req *req;
 	struct socket *sock;
 	bool copies = false;
@@ -138,13 +143,25 @@ static struct ss_req *ss_prepare(struct ss_ctx *ctx,
 			goto put_sock;
 		flen = min(ur->len, isize - ur->offset);
 	}
+	/*
+	 * STABLESEND_REQ_NOWAIT: nor does it wait for memory, which other
+	 * sockets' stalled peers may hold for good; it takes what is free.
+	 */
+	nowait = sock_nonblock && (ur->flags & STABLESEND_REQ_NOWAIT);
+	rflags = ur->flags & ~(nowait ? 0 : STABLESEND_REQ_NOWAIT);
 	if (sock_nonblock)
-		ur = ss_nonblock_cap(ur, &capped, sock->sk, &flen);
+		ur = ss_nonblock_cap(ur, &capped, sock->sk, &flen,
+				     nowait ? ss_mem_free_now(ctx) : 0);
+	if (nowait)
+		nonblock = true;
 
 	req = ss_req_alloc(ctx, ur->head_len + flen + ur->tail_len, sender,
-			   ur->flags, nonblock, ucmd);
+			   rflags, nonblock, ucmd);
 	if (IS_ERR(req)) {
 		err = PTR_ERR(req);
+		/* Another way now, unless that would overtake queued bytes. */
+		if (err == -EAGAIN && nowait && ss_sock_idle(sock))
+			err = -ENOSPC;
 		goto put_sock;
 	}
 	req->user_data = ur->user_data;

@@ -743,6 +743,29 @@ static struct ss_sock *ss_sock_find(struct socket *sock)
 	return NULL;
 }
 
+/**
+ * ss_sock_idle - nothing of the module's is queued on @sock
+ * @sock:	a socket the caller holds
+ *
+ * Bytes the caller sends there now some other way overtake nobody's.
+ */
+bool ss_sock_idle(struct socket *sock)
+{
+	struct ss_sock *ss;
+	bool idle;
+
+	spin_lock(&ss_socks_lock);
+	ss = ss_sock_find(sock);
+	spin_unlock(&ss_socks_lock);
+	if (!ss)
+		return true;
+	spin_lock_bh(&ss->lock);
+	idle = list_empty(&ss->fifo) && !ss->sending;
+	spin_unlock_bh(&ss->lock);
+	ss_sock_put(ss);
+	return idle;
+}
+
 /* The socket's FIFO, with a reference; consumes the caller's socket reference. */
 static struct ss_sock *ss_sock_get(struct socket *sock)
 {

@@ -154,6 +154,7 @@ struct ss_fds {
 	int in_reg;		/* in_fd is a regular file */
 	int out_sock;		/* out_fd is a socket */
 	int out_nonblock;	/* out_fd has O_NONBLOCK */
+	int in_direct;		/* in_fd has O_DIRECT */
 };
 
 /*
@@ -212,6 +213,7 @@ static int copy_check(int out_fd, int in_fd, const off_t *offset,
 	f->in_reg = S_ISREG(ist.st_mode);
 	f->out_sock = S_ISSOCK(ost.st_mode);
 	f->out_nonblock = !!(ofl & O_NONBLOCK);
+	f->in_direct = !!(ifl & O_DIRECT);
 	/*
 	 * sendfile(2) into a pipe moves at most what fits in the pipe at
 	 * once (splice_file_to_pipe()); do not write more than that either.
@@ -361,6 +363,19 @@ int ss_stable_socket(int fd)
 	       v == IPPROTO_TCP;
 }
 
+/*
+ * STABLESEND_REQ_NOWAIT for a SEND when the call can go another way: on
+ * a non-blocking socket the module then never waits for snapshot memory
+ * (which other sockets' stalled peers may hold for good, where sendfile(2)
+ * would have sent at once), but fails with ENOSPC, and the call sends a
+ * copy, as stable.
+ */
+static __u32 nowait_flag(void)
+{
+	return (dev_features & STABLESEND_FEAT_NOWAIT) && !require_module() ?
+	       STABLESEND_REQ_NOWAIT : 0;
+}
+
 /* For the preload: an input that is not a regular file is sendfile(2)'s. */
 static int not_regular(int in_fd)
 {
@@ -454,9 +469,16 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	    !check_out_flags(out_fd, in_fd, offset, count, preload, &len, &r))
 		return r;
 	req.offset = pos;
+	req.flags = nowait_flag();
 	for (;;) {
 		req.len = len;
 		ret = ioctl(dev, STABLESEND_IOC_SEND, &req);
+		if (ret < 0 && errno == ENOSPC && !preload &&
+		    (fl = fcntl(in_fd, F_GETFL)) >= 0 && (fl & O_DIRECT)) {
+			/* The copy could not read it: wait, as before. */
+			req.flags = 0;
+			continue;
+		}
 		if (ret >= 0 || errno != EMSGSIZE || len <= SS_MIN_SEND)
 			break;
 		/* Limit smaller than we thought (shared, or alignment). */
@@ -491,6 +513,8 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 			return -1;
 		case ENODATA:		/* at or past EOF: 0, if valid */
 			return sendfile_valid(out_fd, in_fd, offset, count);
+		case ENOSPC:		/* no memory free: a copy, at once */
+			return copy_sendfile(out_fd, in_fd, offset, count);
 		case EBADF:
 		case EINVAL:
 			/* The module checks in another order: sendfile's errno. */
@@ -704,7 +728,7 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 		stablesend_prep_hdtr(&req, h->head, h->head_len,
 				     tail_ok ? h->tail : NULL,
 				     tail_ok ? h->tail_len : 0);
-		req.flags = h->flags;
+		req.flags = h->flags | (f->in_direct ? 0 : nowait_flag());
 		if (!flen && !req.head_len && !req.tail_len) {
 			*fsent = 0;	/* nothing left to send: a file shrank */
 			return 0;
@@ -797,6 +821,8 @@ ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
 		case EOPNOTSUPP:
 		case ENOTCONN:
 		case EMSGSIZE:	/* even the header and trailer do not fit */
+			break;
+		case ENOSPC:	/* no memory free now (REQ_NOWAIT) */
 			break;
 		default:
 			return -1;

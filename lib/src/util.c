@@ -41,6 +41,7 @@ static const struct {
 	{ STABLESEND_FEAT_SPLICE_PAGES,	"splice_pages" },
 	{ STABLESEND_FEAT_URING,	"uring" },
 	{ STABLESEND_FEAT_SEND_SOCKFLAGS, "send_sockflags" },
+	{ STABLESEND_FEAT_NOWAIT,	"nowait" },
 };
 
 const char *stablesend_feature_name(__u64 feature)

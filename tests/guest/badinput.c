@@ -368,8 +368,8 @@ static void refusals(int dev, int file, const char *path, int sock)
 	/* reserved fields and flags */
 	r = base; r.reserved = 1;
 	bad(dev, "reserved != 0", r, EINVAL, V_BOTH);
-	r = base; r.flags = 1U << 2;
-	bad(dev, "unknown flag 1<<2", r, EINVAL, V_BOTH);
+	r = base; r.flags = 1U << 3;
+	bad(dev, "unknown flag 1<<3", r, EINVAL, V_BOTH);
 	r = base; r.flags = 1U << 31 | STABLESEND_REQ_MORE;
 	bad(dev, "unknown flag 1<<31", r, EINVAL, V_BOTH);
 

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -292,7 +294,6 @@ static inline char proc_state(pid_t pid)
 	return stat_state(path);
 }
 
-/* Module-wide counter from /sys/class/misc/stablesend/stats/. */
 /* What poll() reports for @events on @fd now, without waiting. */
 static inline short poll_now(int fd, short events)
 {
@@ -301,6 +302,38 @@ static inline short poll_now(int fd, short events)
 	return poll(&p, 1, 0) == 1 ? p.revents : 0;
 }
 
+/* A thread blocked in poll() for POLLOUT on one fd, for up to 10 s. */
+struct poller {
+	int fd;
+	pthread_t thread;
+	volatile pid_t tid;	/* its thread id, once running */
+	short revents;		/* what its poll() returned */
+	double woke;		/* when it returned (now_s()) */
+};
+
+static inline void *poller_fn(void *arg)
+{
+	struct poller *p = arg;
+	struct pollfd pfd = { .fd = p->fd, .events = POLLOUT };
+
+	p->tid = syscall(SYS_gettid);
+	p->revents = poll(&pfd, 1, 10000) == 1 ? pfd.revents : 0;
+	p->woke = now_s();
+	return NULL;
+}
+
+/* Start one on @fd; back once it sleeps (or not within 5 s). */
+static inline void poller_start(struct poller *p, int fd)
+{
+	memset(p, 0, sizeof(*p));
+	p->fd = fd;
+	REQUIRE(!pthread_create(&p->thread, NULL, poller_fn, p), "poller thread");
+	for (int i = 0; i < 500 && (!p->tid || thread_state(p->tid) != 'S'); i++)
+		usleep(10000);
+	usleep(200000);	/* asleep in poll() by now, not on its way */
+}
+
+/* Module-wide counter from /sys/class/misc/stablesend/stats/. */
 static inline long long ss_stat(const char *name)
 {
 	char path[128], buf[64];

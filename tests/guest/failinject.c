@@ -13,8 +13,9 @@
  * of the accepted requests, in order; afterwards the same open still works
  * (or, closed, goes away); the module ends holding nothing.
  *
- * The send work runs on a workqueue, not in this task, so fail-nth cannot
- * reach it: a last phase fails a share of all socket buffer allocations
+ * The sends of queued requests run from task work and wakeups, outside
+ * the submitting system call, where fail-nth does not reach: a last phase
+ * fails a share of all socket buffer allocations
  * (failslab cache filter on the skbuff caches, no task filter) while
  * requests go out over TCP and AF_UNIX, and checks results and streams.
  *

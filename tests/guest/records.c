@@ -6,9 +6,10 @@
  * 65536 are accepted, the next SUBMIT fails with ENOBUFS and takes
  * nothing; a request asking for RELEASED as well needs two records; each
  * record read makes room for one more.  SEND queues no SENT record, so it
- * still works at the bound.  poll() says POLLIN and not POLLOUT at the
- * bound, and POLLOUT once a record is free (two after a request with
- * RELEASED was refused).  Not on the debug kernel (90 s there).
+ * still works at the bound.  After a refusal poll() says POLLIN and not
+ * POLLOUT at the bound, and POLLOUT once a record is free (two after a
+ * request with RELEASED was refused); a thread blocked in poll() for
+ * POLLOUT wakes when a record is read.  Not on the debug kernel (90 s there).
  * test-timeout: 240
  */
 #include "stress.h"
@@ -39,6 +40,7 @@ int main(void)
 	int dev = ss_dev(), file = temp_file(4096, 'r'), sock, n, i;
 	long accepted = 0;
 	pthread_t t;
+	struct poller p;
 	double t0;
 
 	if (ss_debug_kernel()) {
@@ -104,9 +106,19 @@ int main(void)
 	CHECK(ss_submit(dev, &reqs[2], 1) == -1 && errno == ENOBUFS,
 	      "the 65537th: %s, want ENOBUFS", strerror(errno));
 
-	/* Two read: POLLOUT, and the RELEASED one fits. */
-	CHECK(ss_reap(dev, cqe, 2, 1000) == 2, "read two records");
-	CHECK(poll_now(dev, POLLOUT) == POLLOUT, "no POLLOUT with two records free");
+	/* A poller waiting for one record wakes when one is read. */
+	poller_start(&p, dev);
+	t0 = now_s();
+	CHECK(ss_reap(dev, cqe, 1, 1000) == 1, "read one record");
+	pthread_join(p.thread, NULL);
+	printf("a poller woken %.3f s after a record was read (revents %#x)\n",
+	       p.woke - t0, p.revents);
+	CHECK(p.revents == POLLOUT && p.woke >= t0 && p.woke - t0 < 1,
+	      "a poller: revents %#x %.2f s after a record was read",
+	      p.revents, p.woke - t0);
+
+	/* Two free: the RELEASED one fits. */
+	CHECK(ss_reap(dev, cqe, 1, 1000) == 1, "read a second record");
 	reqs[3].flags = STABLESEND_REQ_NOTIFY_RELEASE;
 	CHECK(ss_submit(dev, &reqs[3], 1) == 1, "RELEASED request with two records free: %s",
 	      strerror(errno));

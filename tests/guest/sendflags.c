@@ -16,7 +16,17 @@
  *     and no trailer byte; the peer gets exactly the bytes reported: the
  *     header, then the file's bytes from the offset;
  * (d) the cap is for non-blocking sockets only: the same request on a
- *     blocking socket still fails with EMSGSIZE.
+ *     blocking socket still fails with EMSGSIZE;
+ * (e) STABLESEND_REQ_MORE is send(2)'s MSG_MORE: 100 bytes sent with it
+ *     (SEND, and SUBMIT) stay in the TCP socket, the peer sees nothing
+ *     for 100 ms; the next request without it pushes them out with its
+ *     own, and the peer gets both, in order;
+ * (f) STABLESEND_REQ_NOWAIT on a non-blocking socket never waits for
+ *     memory: with half of a 256 KiB limit held by a request whose peer
+ *     does not read, a SEND of 8 MiB (send buffer 256 KiB) takes the
+ *     128 KiB free, a short count, and exactly those bytes arrive; with
+ *     nothing free the next fails at once with ENOSPC; without the flag,
+ *     on a non-blocking device fd, with EAGAIN.
  */
 #include "common.h"
 #include <stablesend.h>
@@ -148,6 +158,102 @@ static void capped(int dev, int file, int hdtr)
 	close(s);
 }
 
+static void nowait(int file)
+{
+	static unsigned char rx[LIMIT];
+	int dev = ss_dev(), a, pa, c, s, sz = LIMIT / 2;
+	struct stablesend_req r;
+	size_t got;
+	long n;
+
+	REQUIRE(ss_setup(dev, -1, LIMIT) == 0, "SETUP");
+	tcp_pair(AF_INET, &a, &pa);	/* pa never reads */
+	tcp_pair(AF_INET, &c, &s);
+	REQUIRE(!setsockopt(a, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) &&
+		!setsockopt(c, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)),
+		"SO_SNDBUFFORCE");
+	REQUIRE(fcntl(a, F_SETFL, O_NONBLOCK) == 0 &&
+		fcntl(c, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	r = ss_req(file, a, 0, LIMIT / 2, 3);
+	n = ss_send(dev, &r);
+	REQUIRE(n == LIMIT / 2, "(f) SEND of %d bytes: %ld", LIMIT / 2, n);
+
+	r = ss_req(file, c, OFF, REQ_LEN, 4);
+	r.flags = STABLESEND_REQ_NOWAIT;
+	n = ss_send(dev, &r);
+	CHECK(n == LIMIT / 2,
+	      "(f) NOWAIT SEND of %d bytes with %d free: %ld (%s)", REQ_LEN,
+	      LIMIT / 2, n, n < 0 ? strerror(errno) : "bytes");
+	errno = 0;
+	n = ss_send(dev, &r);
+	CHECK(n == -1 && errno == ENOSPC,
+	      "(f) NOWAIT SEND with no memory free: %ld (%s), want ENOSPC",
+	      n, strerror(errno));
+	REQUIRE(fcntl(dev, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	r.flags = 0;
+	errno = 0;
+	n = ss_send(dev, &r);
+	CHECK(n == -1 && errno == EAGAIN,
+	      "(f) SEND without NOWAIT, no memory free, non-blocking device fd: %ld (%s), want EAGAIN",
+	      n, strerror(errno));
+	got = drain(c, s, rx, sizeof(rx));
+	CHECK(got == LIMIT / 2 && pattern_mismatch(rx, got, OFF, pat) == got,
+	      "(f) the peer got %zu bytes, want the file's %d", got, LIMIT / 2);
+	printf("(f) NOWAIT: %d bytes with %d free, then ENOSPC; without it EAGAIN\n",
+	       LIMIT / 2, LIMIT / 2);
+	close(a);
+	close(pa);
+	close(c);
+	close(s);
+	close(dev);
+}
+
+/* Bytes @c can read within @ms (0 if none came). */
+static ssize_t read_within(int c, unsigned char *buf, size_t n, int ms)
+{
+	struct pollfd p = { .fd = c, .events = POLLIN };
+
+	if (poll(&p, 1, ms) != 1)
+		return 0;
+	return recv(c, buf, n, MSG_DONTWAIT);
+}
+
+static void more(int dev, int file, int async)
+{
+	struct stablesend_req r = ss_req(file, -1, OFF, 100, 1);
+	unsigned char buf[256];
+	struct stablesend_cqe cqe;
+	ssize_t n, got;
+	int c, s;
+
+	tcp_pair(AF_INET, &c, &s);
+	r.sock_fd = s;
+	r.flags = STABLESEND_REQ_MORE;
+	n = async ? (ss_submit(dev, &r, 1) == 1 ? 100 : -1) : ss_send(dev, &r);
+	CHECK(n == 100, "(e) %s with MORE: %zd (%s)", async ? "SUBMIT" : "SEND",
+	      n, strerror(errno));
+	got = read_within(c, buf, sizeof(buf), 100);
+	CHECK(got == 0, "(e) %s with MORE: the peer got %zd bytes at once",
+	      async ? "SUBMIT" : "SEND", got);
+	r.flags = 0;
+	r.offset = OFF + 100;
+	n = async ? (ss_submit(dev, &r, 1) == 1 ? 100 : -1) : ss_send(dev, &r);
+	CHECK(n == 100, "(e) the next %s: %zd (%s)", async ? "SUBMIT" : "SEND",
+	      n, strerror(errno));
+	shutdown(s, SHUT_WR);
+	got = read_full(c, buf, 200);
+	CHECK(got == 200 && pattern_mismatch(buf, 200, OFF, pat) == 200,
+	      "(e) after the next %s the peer got %zd of 200 bytes, or others",
+	      async ? "SUBMIT" : "SEND", got);
+	if (async)
+		CHECK(ss_reap(dev, &cqe, 1, 5000) == 1 &&
+		      ss_reap(dev, &cqe, 1, 5000) == 1, "(e) two SENT records");
+	printf("(e) %s with MORE: nothing for 100 ms, then 200 bytes with the next\n",
+	       async ? "SUBMIT" : "SEND");
+	close(c);
+	close(s);
+}
+
 int main(void)
 {
 	struct stablesend_setup su = { .eventfd = -1, .mem_limit = LIMIT };
@@ -162,6 +268,9 @@ int main(void)
 	o_append(dev, file);
 	capped(dev, file, 0);
 	capped(dev, file, 1);
+	more(dev, file, 0);
+	more(dev, file, 1);
+	nowait(file);
 	close(file);
 	close(dev);
 	return test_result();

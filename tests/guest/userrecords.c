@@ -14,13 +14,16 @@
  * - meanwhile uid 65533 takes 800 records and reads all of them; root
  *   with CAP_SYS_RESOURCE goes beyond the bound (1500 on one open), root
  *   without it is held to 1000;
- * - at the bound no open polls POLLOUT (memory is free: without the
- *   records in poll() an event loop would spin on ENOBUFS); a thread
- *   blocked in poll() for POLLOUT on one open is woken by 10 records read
- *   on another, which let exactly 5 requests in there; with one record
- *   free the open whose RELEASED request (two) was refused polls no
- *   POLLOUT while one whose last refusal was for one record does, and
- *   the second record gives the first its POLLOUT too;
+ * - at the bound no refused open polls POLLOUT (memory is free: without
+ *   the records in poll() an event loop would spin on ENOBUFS), while an
+ *   open refused nothing does (its SEND takes no record, and goes); a
+ *   thread blocked in poll() for POLLOUT on one open is woken by 10
+ *   records read on another, which let exactly 5 requests in there; an
+ *   edge-triggered epoll armed before that open's refusal fires when 2
+ *   records are read on another; with one record free the open whose
+ *   RELEASED request (two) was refused polls no POLLOUT while one whose
+ *   last refusal was for one record does, and the second record gives
+ *   the first its POLLOUT too;
  * - once nobody's opens are closed its count is 0 (seen from a fifth open
  *   that stays, so that the user's count is not simply made anew), and
  *   one fresh open takes the whole 1000 again;
@@ -35,6 +38,7 @@
 #include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -170,26 +174,6 @@ static void none_writable(const int *dev, int n, const char *when)
 		      "open %d, %s: POLLOUT, but a request gets ENOBUFS", i, when);
 }
 
-struct poller {
-	int dev;
-	pthread_t thread;
-	volatile pid_t tid;	/* its thread id, once running */
-	short revents;		/* what its poll() returned */
-	double woke;		/* when it returned (now_s()) */
-};
-
-/* Wait up to 10 s in poll() for POLLOUT. */
-static void *poll_out(void *arg)
-{
-	struct poller *p = arg;
-	struct pollfd pfd = { .fd = p->dev, .events = POLLOUT };
-
-	p->tid = syscall(SYS_gettid);
-	p->revents = poll(&pfd, 1, 10000) == 1 ? pfd.revents : 0;
-	p->woke = now_s();
-	return NULL;
-}
-
 /* Child @pid must exit 0 within 60 s; one that does not is killed. */
 static void child_ok(pid_t pid, const char *what)
 {
@@ -217,9 +201,11 @@ static void nobody_opens(int file, int done, int go)
 {
 	struct stablesend_cqe cqe[10];
 	int dev[NOPENS], sock, taken, err, n, keep;
-	struct poller p = { 0 };
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET };
+	struct poller p;
 	struct stablesend_req r;
 	double t0;
+	int ep;
 	char c;
 
 	become(NOBODY);
@@ -255,15 +241,8 @@ static void nobody_opens(int file, int done, int go)
 	if (write(done, "f", 1) != 1 || read(go, &c, 1) != 1)
 		_exit(94);
 
-	/*
-	 * 10 records read on one open wake a poller of another and make room
-	 * for 5 requests there.
-	 */
-	p.dev = dev[2];
-	REQUIRE(!pthread_create(&p.thread, NULL, poll_out, &p), "poll thread");
-	for (int i = 0; i < 500 && (!p.tid || thread_state(p.tid) != 'S'); i++)
-		usleep(10000);
-	usleep(200000);	/* asleep in poll() by now, not on its way */
+	/* 10 records read on one open wake a poller of another. */
+	poller_start(&p, dev[2]);
 	t0 = now_s();
 	CHECK(ss_reap(dev[1], cqe, 10, 1000) == 10, "read 10 records");
 	pthread_join(p.thread, NULL);
@@ -272,13 +251,44 @@ static void nobody_opens(int file, int done, int go)
 	CHECK(p.revents == POLLOUT && p.woke >= t0 && p.woke - t0 < 1,
 	      "a poller of open 2: revents %#x %.2f s after 10 records read on open 1",
 	      p.revents, p.woke - t0);
+	/*
+	 * They make room for 5 requests there.  An edge-triggered epoll armed
+	 * before, while there was room (the wake-up took the open off its
+	 * user's list), fires again only because the refusal of the sixth
+	 * put the open back on it.
+	 */
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	REQUIRE(ep >= 0 && !epoll_ctl(ep, EPOLL_CTL_ADD, dev[2], &ev), "epoll");
+	CHECK(epoll_wait(ep, &ev, 1, 0) == 1 && ev.events == EPOLLOUT,
+	      "edge-triggered epoll armed with room: no EPOLLOUT");
 	n = fill(&dev[2], 1, sock, file, 4 * BOUND, &err) / 2;
 	printf("nobody: 10 records read on one open, %d requests taken on another, then %s\n",
 	       n, err ? strerror(err) : "none refused");
 	CHECK(n == 5 && err == ENOBUFS,
 	      "10 records read on open 1: open 2 took %d requests of 2 records, then %s",
 	      n, err ? strerror(err) : "none refused");
+	CHECK(epoll_wait(ep, &ev, 1, 0) == 0,
+	      "edge-triggered epoll: an event at the bound (%#x)", ev.events);
+	t0 = now_s();
+	CHECK(ss_reap(dev[1], cqe, 2, 1000) == 2, "read 2 records");
+	n = epoll_wait(ep, &ev, 1, 1000);
+	printf("nobody: an edge-triggered epoll of open 2 fired %.3f s after 2 records were read on open 1 (%d, %#x)\n",
+	       now_s() - t0, n, n == 1 ? ev.events : 0);
+	CHECK(n == 1 && ev.events == EPOLLOUT,
+	      "edge-triggered epoll after ENOBUFS: nothing within 1 s of 2 records read on another open");
+	close(ep);
+	CHECK(fill(&dev[2], 1, sock, file, 4 * BOUND, &err) == 2 &&
+	      err == ENOBUFS, "open 2 with two records free: %s",
+	      strerror(err));
 	none_writable(dev, NOPENS, "at the bound again");
+	/* An open refused nothing has room: SEND takes no record. */
+	keep = ss_dev();
+	CHECK(poll_now(keep, POLLOUT) == POLLOUT,
+	      "a fresh open polls no POLLOUT at the user's records bound");
+	r = ss_req(file, sock, 0, 1, 9);
+	CHECK(ss_send(keep, &r) == 1, "SEND on a fresh open at the bound: %s",
+	      strerror(errno));
+	close(keep);
 	/* One free: open 2 was refused two, open 3 one (all_refuse()). */
 	CHECK(ss_reap(dev[1], cqe, 1, 1000) == 1, "read 1 record");
 	CHECK(!(poll_now(dev[2], POLLOUT) & POLLOUT),

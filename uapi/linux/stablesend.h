@@ -53,8 +53,17 @@
  *	a short count, or EAGAIN (also when other requests are queued ahead;
  *	on TCP, without a copy, whenever poll(2) reports neither POLLOUT nor
  *	an error, where sendfile(2) may still take a few bytes; AF_UNIX, whose
- *	poll(2) is stricter than its send, is tried as sendfile(2) would be,
- *	without waiting for memory).
+ *	poll(2) is stricter than its send, is tried as sendfile(2) would be).
+ *	It waits for snapshot memory as the device fd says (above), which
+ *	other sockets' stalled peers may hold for good; with
+ *	STABLESEND_REQ_NOWAIT (STABLESEND_FEAT_NOWAIT) it never does: it
+ *	snapshots no more than the whole 64 KiB chunks free now (a short
+ *	count), and with less free than the request needs fails with ENOSPC
+ *	if nothing is queued ahead of it on the socket (EAGAIN if something
+ *	is, as above), so that the caller can send those bytes another way
+ *	at once (stablesend_sendfile() sends a copy); no poll event follows
+ *	that refusal.  The flag means nothing elsewhere (SUBMIT, io_uring,
+ *	a blocking socket).
  *	There it snapshots no more bytes than the socket's send buffer
  *	(SO_SNDBUF), about the most it takes at once (TCP may take a little
  *	more, so a count can be below what sendfile(2) sends): a request
@@ -89,10 +98,11 @@
  * thread's, any io_uring command's, also one with STABLESEND_URING_F_WAIT
  * that io_uring then retries) was refused for memory, as much as it needs,
  * until a request of this open gets its memory (a refused size over a
- * limit lowered since is not waited for); and only while a completion
- * record is free under both of their bounds (below, ENOBUFS), two after
- * a request of this open was refused for its two, until one of its
- * requests gets its records.  The fd has one wait queue, so
+ * limit lowered since is not waited for); and after a request of this
+ * open was refused its completion records (ENOBUFS, below), only once as
+ * many as it needed (one, or two for a SUBMIT with NOTIFY_RELEASE) are
+ * free under both of their bounds, until a request of this open gets its
+ * records.  The fd has one wait queue, so
  * select(2), poll(2), epoll(7), io_uring's IORING_OP_POLL_ADD and aio's
  * IOCB_CMD_POLL all work.  A wake-up that carries EPOLLOUT is sent only
  * when the amount EPOLLOUT waits for (above) was seen free (another open
@@ -100,8 +110,8 @@
  * resubmission can still be refused), and, as for a socket's write space,
  * once after each time a poll for EPOLLOUT or a refused request found it
  * missing.  So with edge-triggered epoll or a multishot POLL_ADD, wait
- * for EPOLLOUT only after a submission failed with EAGAIN or returned a
- * short count; a successful submission does not re-arm it.  The
+ * for EPOLLOUT only after a submission failed with EAGAIN or ENOBUFS or
+ * returned a short count; a successful submission does not re-arm it.  The
  * eventfd, if any, is signalled once per completion record, just after
  * the record is queued: a reader may see a record before its count.
  *
@@ -161,32 +171,42 @@
  *	io_uring's own threads), as for SUBMIT: a thread that exits leaves
  *	its commands to the others.
  *	Errors before any snapshot (bad cmd_op, a bad command area,
- *	registered buffers) give -EINVAL or -EOPNOTSUPP in the CQE.
+ *	registered buffers) give -EINVAL or -EOPNOTSUPP in the CQE; a
+ *	request pointer that faults, -EFAULT.
  *
  * Errors of a submission (returned by the ioctl):
  *	EBADF	file_fd or sock_fd is not open, or the file is not open for
- *		reading (write-only and O_PATH fds).
+ *		reading (write-only and O_PATH fds); SETUP: eventfd is
+ *		neither -1 nor open.
  *	EINVAL	the file is not a regular file; a reserved field or unknown flag
  *		is set; the request carries no byte at all; offset + len
  *		overflows or exceeds the largest file offset; head_len or
  *		tail_len exceeds STABLESEND_HDTR_MAX; entry_size is wrong;
  *		SEND: the socket is O_APPEND, as sendfile(2) refuses it.
- *		SETUP: a mem_limit below one page or above max_limit.
+ *		SETUP: a mem_limit below one page or above max_limit (or
+ *		INT_MAX); an eventfd that is not an eventfd.
  *	ENOTSOCK sock_fd is not a socket.
  *	EOPNOTSUPP the socket is not TCP (IPv4/IPv6, optionally with the kTLS
  *		ULP) or AF_UNIX stream.
  *	ENOTCONN the socket is not connected (including listening sockets).
  *	EPIPE	the socket is shut down for writing.
  *	ENODATA	offset is at or past end of file.
- *	EMSGSIZE the request is larger than this open's memory limit, or
- *		than user_limit (without CAP_SYS_RESOURCE); for a SEND on a
- *		non-blocking socket, once cut to its send buffer.
- *	EAGAIN	non-blocking fd and the open's or the user's memory limit is
- *		reached now (the user's: unless CAP_SYS_RESOURCE).
+ *	EMSGSIZE the request's memory is larger than this open's memory
+ *		limit, or than user_limit (without CAP_SYS_RESOURCE); for a
+ *		SEND on a non-blocking socket, once cut to its send buffer.
+ *		Its memory: header, file bytes and trailer, in 64 KiB chunks,
+ *		the last one rounded up to a power of two of pages (a 100 KiB
+ *		request takes 128 KiB).
+ *	EAGAIN	non-blocking fd and the open's or the user's memory limit
+ *		is reached now (the user's: unless CAP_SYS_RESOURCE).
+ *	ENOSPC	(SEND with STABLESEND_REQ_NOWAIT on a non-blocking socket)
+ *		the same, with nothing queued ahead on the socket.
  *	EINTR	a signal arrived while waiting for memory.
- *	ENOBUFS	this open already has 65536 completion records unread or
- *		owed to requests in flight, or all opens of the user who
- *		opened the device together have user_records of them (module
+ *	ENOBUFS	the request's completion records (one, two with
+ *		NOTIFY_RELEASE, none for SEND without it) would take this
+ *		open past 65536 unread or owed to requests in flight, or all
+ *		opens of the user who opened the device together past
+ *		user_records of them (module
  *		parameter, default 262144, at least 2; unless
  *		CAP_SYS_RESOURCE): read some first, on whichever of the
  *		user's opens holds them.  It never waits; EPOLLOUT (above)
@@ -200,6 +220,12 @@
  *		read: nothing is sent (but for a SEND without a trailer,
  *		which sends the bytes read before the failure and returns
  *		the bytes sent, as sendfile(2) does: the next call fails).
+ *		A read that fails otherwise gives its own errno the same
+ *		way (e.g. EACCES or EPERM from an LSM or a fanotify
+ *		permission event).
+ *	(SEND only) any error of send(2) on the socket when it took no
+ *		byte: EPIPE, ECONNRESET, ETIMEDOUT, EACCES or EPERM from an
+ *		LSM, EAGAIN after SO_SNDTIMEO, EINTR, ...
  *
  * Results in completions: bytes sent, or -EPIPE/-ECONNRESET (peer gone),
  * -ECANCELED (cancelled, or the device fd was closed first), -ENOMEM, or
@@ -235,6 +261,7 @@
 #define STABLESEND_FEAT_URING		_BITULL(9) /* io_uring command */
 /* SEND refuses O_APPEND sockets and caps a non-blocking one's snapshot */
 #define STABLESEND_FEAT_SEND_SOCKFLAGS	_BITULL(10)
+#define STABLESEND_FEAT_NOWAIT		_BITULL(11) /* STABLESEND_REQ_NOWAIT */
 
 /**
  * struct stablesend_setup - configure one open of the device
@@ -263,8 +290,11 @@ struct stablesend_setup {
 /* Request flags (struct stablesend_req.flags). */
 #define STABLESEND_REQ_NOTIFY_RELEASE	_BITUL(0) /* RELEASED completion */
 #define STABLESEND_REQ_MORE		_BITUL(1) /* MSG_MORE on the last byte */
+/* SEND, non-blocking socket: never wait for memory (ENOSPC), see above */
+#define STABLESEND_REQ_NOWAIT		_BITUL(2)
 #define STABLESEND_REQ_FLAGS		(STABLESEND_REQ_NOTIFY_RELEASE | \
-					 STABLESEND_REQ_MORE)
+					 STABLESEND_REQ_MORE | \
+					 STABLESEND_REQ_NOWAIT)
 
 /**
  * struct stablesend_req - one range of a file to send, with optional framing
