@@ -428,6 +428,47 @@ static int check_out_flags(int out_fd, int in_fd, off_t *offset, size_t count,
 }
 
 /*
+ * A SEND returned short on what may be a non-blocking socket.  sendfile(2)
+ * returns short there only once the socket is full, and an edge-triggered
+ * poller (nginx) waits for the room a full socket announces; the module
+ * also stops at dev_max_len and, with STABLESEND_REQ_NOWAIT, at the memory
+ * free now.  So go on from @pos, @count bytes at most, until the socket
+ * refuses (EAGAIN) or the file ends, the memory the module lacks sent as a
+ * copy.  Returns the bytes sent (errors end it: the caller reports what
+ * went before).  A blocking socket is left alone: it returned short for a
+ * timeout or a signal.
+ */
+static size_t send_on(int dev, int out_fd, int in_fd,
+		      struct stablesend_req *req, off_t pos, size_t count)
+{
+	size_t done = 0, len = req->len;
+	int fl = fcntl(out_fd, F_GETFL);
+	ssize_t n;
+	off_t off;
+
+	if (fl < 0 || !(fl & O_NONBLOCK))
+		return 0;
+	while (done < count) {
+		req->offset = pos + done;
+		req->len = count - done < len ? count - done : len;
+		n = ioctl(dev, STABLESEND_IOC_SEND, req);
+		if (n > 0) {
+			done += n;
+			continue;
+		}
+		if (n < 0 && errno == ENOSPC &&
+		    (req->flags & STABLESEND_REQ_NOWAIT)) {
+			off = pos + done;
+			n = copy_sendfile(out_fd, in_fd, &off, count - done);
+			if (n > 0)
+				done += n;
+		}
+		break;
+	}
+	return done;
+}
+
+/*
  * One synchronous STABLESEND_IOC_SEND of at most dev_max_len bytes.  With
  * @preload, a call that is not a regular file (nor an O_DIRECT one, which
  * sendfile(2) copies already) to a socket the module takes returns
@@ -473,7 +514,8 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	for (;;) {
 		req.len = len;
 		ret = ioctl(dev, STABLESEND_IOC_SEND, &req);
-		if (ret < 0 && errno == ENOSPC && !preload &&
+		if (ret < 0 && errno == ENOSPC &&
+		    (req.flags & STABLESEND_REQ_NOWAIT) && !preload &&
 		    (fl = fcntl(in_fd, F_GETFL)) >= 0 && (fl & O_DIRECT)) {
 			/* The copy could not read it: wait, as before. */
 			req.flags = 0;
@@ -514,7 +556,10 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 		case ENODATA:		/* at or past EOF: 0, if valid */
 			return sendfile_valid(out_fd, in_fd, offset, count);
 		case ENOSPC:		/* no memory free: a copy, at once */
-			return copy_sendfile(out_fd, in_fd, offset, count);
+			if (req.flags & STABLESEND_REQ_NOWAIT)
+				return copy_sendfile(out_fd, in_fd, offset,
+						     count);
+			return -1;	/* the read's own ENOSPC */
 		case EBADF:
 		case EINVAL:
 			/* The module checks in another order: sendfile's errno. */
@@ -525,6 +570,9 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	}
 
 	last_path = STABLESEND_PATH_MODULE;
+	if ((size_t)ret < count)
+		ret += send_on(dev, out_fd, in_fd, &req, pos + ret,
+			       count - ret);
 	if (offset)
 		*offset = pos + ret;
 	else

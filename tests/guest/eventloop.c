@@ -18,6 +18,9 @@
  *   call on a socket where another process's request is parked (that
  *   process stopped, the socket writable again) fails with EAGAIN: a
  *   copy would overtake the rest of that request.
+ * And a short count on a non-blocking socket means a full one, as with
+ * sendfile(2) (an edge-triggered poller waits for its EPOLLOUT): with
+ * 128 KiB of a 256 KiB open held, a call for 512 KiB returns all of it.
  * When the loop is frozen, the test says where the server thread was,
  * then closes the stalled clients to let it go.  Once the server process
  * is gone the module holds none of its pages.
@@ -26,6 +29,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <stablesend.h>
 
@@ -177,7 +181,7 @@ static void order_case(int file)
 {
 	struct stablesend_cqe cqe;
 	unsigned char *buf = malloc(P_LEN + 1);
-	int c, s, st, fl, ok = 0;
+	int c, s, st, fl, ok = 0, dev;
 	off_t off = 0;
 	ssize_t n;
 	size_t got;
@@ -185,6 +189,10 @@ static void order_case(int file)
 
 	REQUIRE(buf, "malloc");
 	tcp_pair(AF_INET, &c, &s);
+	/* Buffers far below the request: it stays parked. */
+	sndbuf_force(s);
+	REQUIRE(!setsockopt(c, SOL_SOCKET, SO_RCVBUF, &(int){ 64 << 10 },
+			    sizeof(int)), "SO_RCVBUF");
 	p = fork();
 	REQUIRE(p >= 0, "fork");
 	if (!p) {
@@ -200,27 +208,29 @@ static void order_case(int file)
 	for (int i = 0; i < 500 && proc_state(p) != 'T'; i++)
 		usleep(10000);
 	CHECK(proc_state(p) == 'T', "the other process did not stop");
+	/* Read until the socket is writable (its queue drained to TCP). */
 	got = 0;
-	while (got < (256 << 10)) {
-		struct pollfd pc = { .fd = c, .events = POLLIN };
-		ssize_t r;
+	for (int i = 0; i < 500 && !ok; i++) {
+		ssize_t r = recv(c, buf + got, P_LEN - got, MSG_DONTWAIT);
 
-		if (poll(&pc, 1, 2000) != 1)
-			break;
-		r = recv(c, buf + got, (256 << 10) - got, MSG_DONTWAIT);
-		if (r <= 0)
-			break;
-		got += r;
-	}
-	fl = fcntl(s, F_GETFL);
-	REQUIRE(fcntl(s, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
-	for (int i = 0; i < 200 && !ok; i++) {
+		if (r > 0)
+			got += r;
 		ok = poll_now(s, POLLOUT) == POLLOUT;
 		if (!ok)
 			usleep(10000);
 	}
+	fl = fcntl(s, F_GETFL);
+	REQUIRE(fcntl(s, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
 	/* Else the call would fail for that alone, and show nothing. */
-	CHECK(ok, "the socket is not writable with the request parked");
+	CHECK(ok && got < P_LEN,
+	      "the socket is %swritable, %zu of %d bytes of the request arrived",
+	      ok ? "" : "not ", got, P_LEN);
+	/* And without memory free (else queued behind it: EAGAIN anyway). */
+	dev = library_dev();
+	CHECK(dev >= 0 && fdinfo_num(getpid(), dev, "stablesend-mem-in-use") >
+	      LOW_LIMIT - (64 << 10), "the library's open has memory free: %lld of %d used",
+	      dev >= 0 ? fdinfo_num(getpid(), dev, "stablesend-mem-in-use") : -1,
+	      LOW_LIMIT);
 	n = stablesend_sendfile(s, file, &off, 64 << 10);
 	printf("another process's request parked, the socket %swritable: stablesend_sendfile() gives %zd (%s)\n",
 	       ok ? "" : "not ", n, n < 0 ? strerror(errno) : "bytes");
@@ -273,6 +283,67 @@ static void hdtr_case(int file)
 	      "hdtr copy: %zu of %zd bytes, not header and file", r, n);
 	close(c);
 	close(s);
+}
+
+#define PARTIAL_LIMIT	(256 << 10)
+
+/*
+ * A short count on a non-blocking socket means a full socket, as with
+ * sendfile(2), so that an edge-triggered poller (nginx) gets its EPOLLOUT:
+ * with the library's open at 256 KiB (a SEND at most 64 KiB, a quarter),
+ * 128 KiB held by a peer that does not read, a call for 512 KiB on a socket
+ * with a 2 MiB send buffer returns all of it (64 KiB per SEND, then a copy
+ * once no memory is free), or a count with the socket full.
+ */
+static int run_partial(void)
+{
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET };
+	int file = file_with_pattern(A_LEN, pat), a, pa, c, s, ep, dev, fl;
+	int sz = 1 << 20;
+	unsigned char *buf = malloc(512 << 10);
+	off_t offa = 0, offc = 0;
+	ssize_t n;
+	size_t got;
+
+	REQUIRE(buf, "malloc");
+	tcp_pair(AF_INET, &a, &pa);	/* pa never reads */
+	tcp_pair(AF_INET, &c, &s);
+	REQUIRE(!setsockopt(c, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)),
+		"SO_SNDBUFFORCE");
+	sndbuf_force(a);
+	fl = fcntl(a, F_GETFL);
+	REQUIRE(!fcntl(a, F_SETFL, fl | O_NONBLOCK) &&
+		!fcntl(c, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
+	for (int i = 0; i < 8 && offa < (128 << 10); i++)
+		stablesend_sendfile(a, file, &offa, (128 << 10) - offa);
+	dev = library_dev();
+	REQUIRE(offa == 128 << 10 && dev >= 0 &&
+		fdinfo_num(getpid(), dev, "stablesend-mem-in-use") == 128 << 10 &&
+		fdinfo_num(getpid(), dev, "stablesend-mem-limit") == PARTIAL_LIMIT,
+		"128 KiB held of the library's %d (sent %lld)", PARTIAL_LIMIT,
+		(long long)offa);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	REQUIRE(ep >= 0 && !epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) &&
+		epoll_wait(ep, &ev, 1, 0) == 1, "epoll");
+	n = stablesend_sendfile(c, file, &offc, 512 << 10);
+	printf("a call for 512 KiB with 128 KiB free: %zd (%s), the socket %swritable after it\n",
+	       n, stablesend_sendfile_path() == STABLESEND_PATH_COPY ? "ending in a copy" : "the module's",
+	       poll_now(c, POLLOUT) & POLLOUT ? "" : "not ");
+	CHECK(n == 512 << 10 || (n > 0 && !(poll_now(c, POLLOUT) & POLLOUT)),
+	      "a call for 512 KiB returned %zd with the socket still writable: an edge-triggered poller would wait for good",
+	      n);
+	shutdown(c, SHUT_WR);
+	got = n > 0 ? read_full(s, buf, n) : 0;
+	CHECK(got == (size_t)(n > 0 ? n : 0) && pattern_mismatch(buf, got, 0, pat) == got,
+	      "the peer got %zu of %zd bytes, or not the file's", got, n);
+	close(ep);
+	close(a);
+	close(pa);
+	close(c);
+	close(s);
+	close(file);
+	free(buf);
+	return test_result();
 }
 
 /* @nstalled clients stall, then B asks; B must be served. */
@@ -415,7 +486,7 @@ static void one_case(int nstalled, int low_limit)
 
 	REQUIRE(pid >= 0, "fork");
 	if (!pid)
-		_exit(run_server(nstalled, low_limit));
+		_exit(nstalled ? run_server(nstalled, low_limit) : run_partial());
 	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	      "the server process, %d stalled: status 0x%x", nstalled, st);
@@ -435,6 +506,9 @@ int main(void)
 	snprintf(val, sizeof(val), "%d", LOW_LIMIT);
 	REQUIRE(!write_str(PARAM, val), "default_limit %d", LOW_LIMIT);
 	one_case(MAX_STALLED, 1);
+	snprintf(val, sizeof(val), "%d", PARTIAL_LIMIT);
+	REQUIRE(!write_str(PARAM, val), "default_limit %d", PARTIAL_LIMIT);
+	one_case(0, 0);
 	restore();
 	return test_result();
 }

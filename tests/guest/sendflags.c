@@ -162,6 +162,7 @@ static void nowait(int file)
 {
 	static unsigned char rx[LIMIT];
 	int dev = ss_dev(), a, pa, c, s, sz = LIMIT / 2;
+	struct stablesend_counters k;
 	struct stablesend_req r;
 	size_t got;
 	long n;
@@ -177,6 +178,10 @@ static void nowait(int file)
 	r = ss_req(file, a, 0, LIMIT / 2, 3);
 	n = ss_send(dev, &r);
 	REQUIRE(n == LIMIT / 2, "(f) SEND of %d bytes: %ld", LIMIT / 2, n);
+	ss_counters(dev, &k);
+	REQUIRE(k.mem_in_use == LIMIT / 2, "(f) %llu bytes in use, want %d",
+		(unsigned long long)k.mem_in_use, LIMIT / 2);
+	alarm(20);	/* a SEND that waits for memory ends the test */
 
 	r = ss_req(file, c, OFF, REQ_LEN, 4);
 	r.flags = STABLESEND_REQ_NOWAIT;
@@ -199,6 +204,7 @@ static void nowait(int file)
 	got = drain(c, s, rx, sizeof(rx));
 	CHECK(got == LIMIT / 2 && pattern_mismatch(rx, got, OFF, pat) == got,
 	      "(f) the peer got %zu bytes, want the file's %d", got, LIMIT / 2);
+	alarm(0);
 	printf("(f) NOWAIT: %d bytes with %d free, then ENOSPC; without it EAGAIN\n",
 	       LIMIT / 2, LIMIT / 2);
 	close(a);

@@ -54,23 +54,28 @@
  *	on TCP, without a copy, whenever poll(2) reports neither POLLOUT nor
  *	an error, where sendfile(2) may still take a few bytes; AF_UNIX, whose
  *	poll(2) is stricter than its send, is tried as sendfile(2) would be).
- *	It waits for snapshot memory as the device fd says (above), which
- *	other sockets' stalled peers may hold for good; with
- *	STABLESEND_REQ_NOWAIT (STABLESEND_FEAT_NOWAIT) it never does: it
- *	snapshots no more than the whole 64 KiB chunks free now (a short
- *	count), and with less free than the request needs fails with ENOSPC
- *	if nothing is queued ahead of it on the socket (EAGAIN if something
- *	is, as above), so that the caller can send those bytes another way
- *	at once (stablesend_sendfile() sends a copy); no poll event follows
- *	that refusal.  The flag means nothing elsewhere (SUBMIT, io_uring,
- *	a blocking socket).
- *	There it snapshots no more bytes than the socket's send buffer
+ *	On a non-blocking socket it snapshots no more bytes than its send buffer
  *	(SO_SNDBUF), about the most it takes at once (TCP may take a little
  *	more, so a count can be below what sendfile(2) sends): a request
  *	larger than that is cut after its header and as many file bytes as
  *	fit, and its trailer is left for a later call; the memory limits
  *	(EMSGSIZE) apply to what is left.  An O_APPEND socket fails with
  *	EINVAL, as with sendfile(2) (STABLESEND_FEAT_SEND_SOCKFLAGS).
+ *	It waits for snapshot memory as the device fd says (above), memory
+ *	that other sockets' stalled peers may hold for good; on a
+ *	non-blocking socket with STABLESEND_REQ_NOWAIT (STABLESEND_FEAT_NOWAIT)
+ *	it never does: it snapshots no more than the whole chunks of
+ *	16 pages (64 KiB with 4 KiB pages) free now, when at least one
+ *	is (a short count, the socket maybe still writable), and when the
+ *	request does not fit what is free fails with ENOSPC if nothing is on
+ *	the socket's queue (EAGAIN if something is, as above: a request that
+ *	has not returned from its own submission yet is not on it), so that
+ *	the caller can send those bytes another way at once
+ *	(stablesend_sendfile() sends a copy).  ENOSPC is true when the call
+ *	returns; a request queued after it goes before the caller's own
+ *	send(2).  Neither refusal nor that short count arms an EPOLLOUT of
+ *	the device fd: wait on the socket.  The flag means nothing elsewhere
+ *	(SUBMIT, io_uring, a blocking socket).
  *	The bytes reported are exactly those the peer gets; the rest of the
  *	snapshot is dropped.  The device fd's O_NONBLOCK only affects waiting
  *	for memory.  No SENT completion is queued for it; a RELEASED one is if
@@ -199,8 +204,11 @@
  *		request takes 128 KiB).
  *	EAGAIN	non-blocking fd and the open's or the user's memory limit
  *		is reached now (the user's: unless CAP_SYS_RESOURCE).
+ *		SEND with STABLESEND_REQ_NOWAIT on a non-blocking socket,
+ *		any device fd: the same with requests queued on the socket.
  *	ENOSPC	(SEND with STABLESEND_REQ_NOWAIT on a non-blocking socket)
- *		the same, with nothing queued ahead on the socket.
+ *		not enough snapshot memory free now, nothing queued on the
+ *		socket.
  *	EINTR	a signal arrived while waiting for memory.
  *	ENOBUFS	the request's completion records (one, two with
  *		NOTIFY_RELEASE, none for SEND without it) would take this
