@@ -333,6 +333,18 @@ static inline void poller_start(struct poller *p, int fd)
 	usleep(200000);	/* asleep in poll() by now, not on its way */
 }
 
+/*
+ * Wait for the poller: how long after @since it returned with POLLOUT
+ * alone, or -1 if it returned otherwise or before @since.
+ */
+static inline double poller_woken(struct poller *p, double since)
+{
+	pthread_join(p->thread, NULL);
+	if (p->revents != POLLOUT || p->woke < since)
+		return -1;
+	return p->woke - since;
+}
+
 /* Module-wide counter from /sys/class/misc/stablesend/stats/. */
 static inline long long ss_stat(const char *name)
 {
