@@ -428,52 +428,92 @@ static int check_out_flags(int out_fd, int in_fd, off_t *offset, size_t count,
 }
 
 /*
- * A SEND returned short on what may be a non-blocking socket.  sendfile(2)
- * returns short there only once the socket is full, and an edge-triggered
- * poller (nginx) waits for the room a full socket announces; the module
- * also stops at dev_max_len and, with STABLESEND_REQ_NOWAIT, at the memory
- * free now.  So go on from @pos, @count bytes at most, until the socket
- * refuses (EAGAIN) or the file ends, the memory the module lacks sent as a
- * copy.  Returns the bytes sent (errors end it: the caller reports what
- * went before).  A blocking socket is left alone: it returned short for a
- * timeout or a signal.
+ * What a call returns when its first SEND failed with errno: SS_DECLINED
+ * for the preload's calls that are sendfile(2)'s, a copy where the module
+ * does not take the output (or the input), else sendfile's errno.
  */
-static size_t send_on(int dev, int out_fd, int in_fd,
-		      struct stablesend_req *req, off_t pos, size_t count)
+static ssize_t module_failed(int out_fd, int in_fd, off_t *offset,
+			     size_t count, int preload)
 {
-	size_t done = 0, len = req->len;
-	int fl = fcntl(out_fd, F_GETFL);
-	ssize_t n;
-	off_t off;
+	int err = errno;
 
-	if (fl < 0 || !(fl & O_NONBLOCK))
-		return 0;
-	while (done < count) {
-		req->offset = pos + done;
-		req->len = count - done < len ? count - done : len;
-		n = ioctl(dev, STABLESEND_IOC_SEND, req);
-		if (n > 0) {
-			done += n;
-			continue;
+	if (preload) {
+		switch (err) {
+		case ENOTSOCK:		/* a file or pipe */
+			return SS_DECLINED;
+		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
+			if (!ss_stable_socket(out_fd))
+				return SS_DECLINED;
+			break;
+		case EINVAL:		/* a block or character device... */
+			if (not_regular(in_fd))
+				return SS_DECLINED;
+			break;
 		}
-		if (n < 0 && errno == ENOSPC &&
-		    (req->flags & STABLESEND_REQ_NOWAIT)) {
-			off = pos + done;
-			n = copy_sendfile(out_fd, in_fd, &off, count - done);
-			if (n > 0)
-				done += n;
-		}
-		break;
+		/* EBADF stays ours: the device fd itself may be gone. */
+		errno = err;
 	}
-	return done;
+	switch (err) {
+	case ENOTSOCK:		/* a file or pipe: sendfile takes those */
+	case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
+	case ENOTCONN:		/* let send(2) pick its errno (EPIPE) */
+		if (!require_module())
+			return copy_sendfile(out_fd, in_fd, offset, count);
+		return -1;
+	case ENODATA:		/* at or past EOF: 0, if valid */
+		return sendfile_valid(out_fd, in_fd, offset, count);
+	case EINVAL:
+		/*
+		 * A block device: sendfile(2) takes it, the module does not;
+		 * the copy fails with sendfile's errno for other inputs.
+		 */
+		if (!preload && !require_module() && not_regular(in_fd))
+			return copy_sendfile(out_fd, in_fd, offset, count);
+		/* fall through */
+	case EBADF:
+		/* The module checks in another order: sendfile's errno. */
+		return fail_like_sendfile(out_fd, in_fd, offset, count, err);
+	}
+	return -1;
 }
 
 /*
- * One synchronous STABLESEND_IOC_SEND of at most dev_max_len bytes.  With
- * @preload, a call that is not a regular file (nor an O_DIRECT one, which
- * sendfile(2) copies already) to a socket the module takes returns
- * SS_DECLINED instead: the caller hands it to sendfile(2), which decides
- * what it means.  Only what the module refuses costs extra system calls.
+ * After a SEND that went out, whether to make another for the rest.
+ * sendfile(2) returns short on a non-blocking socket only once the socket
+ * is full, and an edge-triggered poller (nginx) waits for the room a full
+ * socket announces; the module also stops at dev_max_len and, with
+ * STABLESEND_REQ_NOWAIT, at the memory free now.  So a non-blocking
+ * socket is sent to until it refuses (EAGAIN) or the file ends.  A
+ * blocking one returned short for a timeout or a signal, or at
+ * dev_max_len, where the caller loops.  *@nonblock caches the answer for
+ * the call (-1: not asked yet).
+ */
+static int send_more(int out_fd, int *nonblock)
+{
+	int fl;
+
+	if (*nonblock < 0) {
+		fl = fcntl(out_fd, F_GETFL);
+		*nonblock = fl >= 0 && (fl & O_NONBLOCK);
+	}
+	return *nonblock;
+}
+
+/* An input the copy path cannot read: O_DIRECT wants aligned buffers. */
+static int in_direct(int in_fd)
+{
+	int fl = fcntl(in_fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_DIRECT);
+}
+
+/*
+ * SENDs of at most dev_max_len bytes each (one, but on a non-blocking
+ * socket: see send_more()).  With @preload, a call that is not a regular
+ * file (nor an O_DIRECT one, which sendfile(2) copies already) to a socket
+ * the module takes returns SS_DECLINED instead: the caller hands it to
+ * sendfile(2), which decides what it means.  Only what the module refuses
+ * costs extra system calls.
  */
 static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 			       size_t count, int preload)
@@ -482,10 +522,10 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 		.file_fd = in_fd,
 		.sock_fd = out_fd,
 	};
-	size_t len = count;
-	ssize_t r;
-	off_t pos;
-	int fl, ret;
+	size_t len, done = 0;
+	int fl, nonblock = -1;
+	ssize_t n = 0, r;
+	off_t pos, off;
 
 	if (preload) {
 		fl = fcntl(in_fd, F_GETFL);
@@ -502,82 +542,58 @@ static ssize_t module_sendfile(int dev, int out_fd, int in_fd, off_t *offset,
 	/* rw_verify_area(), before len is capped below */
 	if ((ssize_t)count < 0 || (off_t)((unsigned long long)pos + count) < 0)
 		return fail_like_sendfile(out_fd, in_fd, offset, count, EINVAL);
-	if (len > dev_max_len)
-		len = dev_max_len;
+	if (count > SS_MAX_RW_COUNT)
+		count = SS_MAX_RW_COUNT;
+	len = count < dev_max_len ? count : dev_max_len;
 
 	/* A module with SEND_SOCKFLAGS looks at the socket's flags itself. */
 	if (!(dev_features & STABLESEND_FEAT_SEND_SOCKFLAGS) &&
 	    !check_out_flags(out_fd, in_fd, offset, count, preload, &len, &r))
 		return r;
-	req.offset = pos;
 	req.flags = nowait_flag();
-	for (;;) {
-		req.len = len;
-		ret = ioctl(dev, STABLESEND_IOC_SEND, &req);
-		if (ret < 0 && errno == ENOSPC &&
-		    (req.flags & STABLESEND_REQ_NOWAIT) && !preload &&
-		    (fl = fcntl(in_fd, F_GETFL)) >= 0 && (fl & O_DIRECT)) {
-			/* The copy could not read it: wait, as before. */
-			req.flags = 0;
+	while (done < count) {
+		req.offset = pos + done;
+		req.len = count - done < len ? count - done : len;
+		n = ioctl(dev, STABLESEND_IOC_SEND, &req);
+		if (n > 0) {
+			done += n;
+			last_path = STABLESEND_PATH_MODULE;
+			if (done < count && !send_more(out_fd, &nonblock))
+				break;
 			continue;
 		}
-		if (ret >= 0 || errno != EMSGSIZE || len <= SS_MIN_SEND)
+		if (n == 0)
 			break;
+		if (errno == ENOSPC && (req.flags & STABLESEND_REQ_NOWAIT)) {
+			/* No memory free now: the rest as a copy, at once. */
+			if (!preload && in_direct(in_fd)) {
+				/* The copy could not read it: wait, as before. */
+				req.flags &= ~STABLESEND_REQ_NOWAIT;
+				continue;
+			}
+			off = pos + done;
+			n = copy_sendfile(out_fd, in_fd, &off, count - done);
+			if (n < 0 && !done)
+				return -1;
+			if (n > 0)
+				done += n;
+			break;
+		}
 		/* Limit smaller than we thought (shared, or alignment). */
-		len /= 2;
-	}
-	if (ret < 0 && preload) {
-		int err = errno;
-
-		switch (err) {
-		case ENOTSOCK:		/* a file or pipe */
-			return SS_DECLINED;
-		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
-			if (!ss_stable_socket(out_fd))
-				return SS_DECLINED;
-			break;
-		case EINVAL:		/* a block or character device... */
-			if (not_regular(in_fd))
-				return SS_DECLINED;
-			break;
+		if (errno == EMSGSIZE && len > SS_MIN_SEND) {
+			len /= 2;
+			continue;
 		}
-		/* EBADF stays ours: the device fd itself may be gone. */
-		errno = err;
+		break;
 	}
-	if (ret < 0) {
-		switch (errno) {
-		case ENOTSOCK:		/* a file or pipe: sendfile takes those */
-		case EOPNOTSUPP:	/* UDP, SCTP, AF_UNIX datagram... */
-		case ENOTCONN:		/* let send(2) pick its errno (EPIPE) */
-			if (!require_module())
-				return copy_sendfile(out_fd, in_fd, offset,
-						     count);
-			return -1;
-		case ENODATA:		/* at or past EOF: 0, if valid */
-			return sendfile_valid(out_fd, in_fd, offset, count);
-		case ENOSPC:		/* no memory free: a copy, at once */
-			if (req.flags & STABLESEND_REQ_NOWAIT)
-				return copy_sendfile(out_fd, in_fd, offset,
-						     count);
-			return -1;	/* the read's own ENOSPC */
-		case EBADF:
-		case EINVAL:
-			/* The module checks in another order: sendfile's errno. */
-			return fail_like_sendfile(out_fd, in_fd, offset, count,
-						  errno);
-		}
-		return -1;
-	}
+	if (!done && n < 0)
+		return module_failed(out_fd, in_fd, offset, count, preload);
 
-	last_path = STABLESEND_PATH_MODULE;
-	if ((size_t)ret < count)
-		ret += send_on(dev, out_fd, in_fd, &req, pos + ret,
-			       count - ret);
 	if (offset)
-		*offset = pos + ret;
-	else
-		lseek(in_fd, pos + ret, SEEK_SET);
-	return ret;
+		*offset = pos + done;
+	else if (done)
+		lseek(in_fd, pos + done, SEEK_SET);
+	return done;
 }
 
 ssize_t stablesend_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)

@@ -32,7 +32,8 @@ SS_GUEST_MODULES=${STABLESEND_GUEST_MODULES:-veth tls}
 # kTLS's AES-GCM needs these where they are modules; which ones exist
 # differs per kernel (7.3 has no ghash-generic), so each is optional.
 # virtio_pci/virtio_net drive the guest's two NICs (modules on 6.1).
-SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net}
+# brd gives sendfile-module a block device (/dev/ram0) to read.
+SS_GUEST_OPTIONAL=${STABLESEND_GUEST_OPTIONAL:-gcm ghash-generic ctr virtio_pci virtio_net brd}
 # More QEMU arguments for the next boot (tests/integration: its root image).
 SS_QEMU_EXTRA=()
 SS_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg

@@ -5,6 +5,9 @@
  * file position and output bytes.  Output: AF_UNIX, TCP over IPv4 and IPv6
  * loopback, a regular file, a pipe.  Without the module this checks the
  * copy path; with it, the module path (falling back for files and pipes).
+ * Inputs: a regular file, and in the guest a RAM disk (brd's /dev/ram0;
+ * the module takes regular files only, so a block device goes through the
+ * copy path).
  */
 #include <limits.h>
 #include <stdint.h>
@@ -17,7 +20,7 @@
 
 #define FILE_SIZE	(1024 * 1024 + 12345)
 
-enum in_kind { IN_FILE, IN_WRONLY, IN_OPATH, IN_PIPE, IN_CLOSED };
+enum in_kind { IN_FILE, IN_WRONLY, IN_OPATH, IN_PIPE, IN_CLOSED, IN_BLK };
 enum out_mod {
 	OUT_OK, OUT_RDONLY, OUT_APPEND, OUT_CLOSED,
 	OUT_NB,			/* O_NONBLOCK, empty */
@@ -39,6 +42,10 @@ struct tcase {
 };
 
 #define END	FILE_SIZE
+
+/* A block device input, holding the pattern over its first BLK_SIZE bytes. */
+#define BLK_DEV		"/dev/ram0"
+#define BLK_SIZE	(256 * 1024)
 
 static const struct tcase cases[] = {
 	{ "pos 0, 1000",		IN_FILE, 0, 0, 1000, OUT_OK },
@@ -75,6 +82,8 @@ static const struct tcase cases[] = {
 	{ "O_APPEND out",		IN_FILE, 1, 0, 10, OUT_APPEND },
 	{ "non-blocking out, whole",	IN_FILE, 1, 0, END, OUT_NB },
 	{ "non-blocking out, full",	IN_FILE, 1, 0, 1000, OUT_NB_FULL },
+	{ "block dev, off 4097, 10000",	IN_BLK, 1, 4097, 10000, OUT_OK },
+	{ "block dev, pos 777, 200001",	IN_BLK, 0, 777, 200001, OUT_OK },
 };
 
 struct result {
@@ -91,6 +100,8 @@ typedef ssize_t (*sendfile_fn)(int, int, off_t *, size_t);
 
 static int data_fd;
 static int have_module;
+static int blk_fd = -1;
+static int blk_required;	/* the guest test, which loaded brd */
 
 static int open_in(const struct tcase *c, int *pipe_w)
 {
@@ -114,6 +125,11 @@ static int open_in(const struct tcase *c, int *pipe_w)
 			DIE("write pipe");
 		*pipe_w = fds[1];
 		return fds[0];
+	case IN_BLK:
+		fd = reopen(blk_fd, O_RDONLY);
+		if (!c->use_off && lseek(fd, c->start, SEEK_SET) < 0)
+			DIE("lseek");
+		return fd;
 	case IN_CLOSED:
 		break;
 	}
@@ -201,6 +217,27 @@ static int run_one(const struct tcase *c, enum out_kind k, sendfile_fn fn,
 	return 0;
 }
 
+/* The RAM disk with the pattern written over its start, or -1. */
+static int blk_open(void)
+{
+	unsigned char *buf;
+	size_t i;
+	int fd;
+
+	fd = open(BLK_DEV, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	buf = malloc(BLK_SIZE);
+	if (!buf)
+		DIE("malloc");
+	for (i = 0; i < BLK_SIZE; i++)
+		buf[i] = pat(i, 1);
+	if (pwrite(fd, buf, BLK_SIZE, 0) != BLK_SIZE || fsync(fd))
+		DIE("write %s", BLK_DEV);
+	free(buf);
+	return fd;
+}
+
 static ssize_t real_sendfile(int out, int in, off_t *off, size_t count)
 {
 	return sendfile(out, in, off, count);
@@ -211,6 +248,11 @@ static void compare(const struct tcase *c, enum out_kind k)
 	struct result want, got;
 	int bad = 0, lenient = 0;
 
+	if (c->in == IN_BLK && blk_fd < 0) {
+		printf("  %-28s %-5s not run (only in the guest)\n",
+		       c->name, out_names[k]);
+		return;
+	}
 	if (run_one(c, k, real_sendfile, &want)) {
 		printf("  %-28s %-5s skipped (unavailable)\n", c->name,
 		       out_names[k]);
@@ -278,7 +320,8 @@ static void compare(const struct tcase *c, enum out_kind k)
 		bad = 1;
 	}
 	/* And the bytes must be the file's, where the file was read. */
-	if (got.ret > 0 && c->in == IN_FILE && c->out != OUT_NB_FULL) {
+	if (got.ret > 0 && (c->in == IN_FILE || c->in == IN_BLK) &&
+	    c->out != OUT_NB_FULL) {
 		long long first = c->start;
 		size_t i;
 
@@ -293,7 +336,7 @@ static void compare(const struct tcase *c, enum out_kind k)
 	}
 	/* With the module, sockets it takes must go through it. */
 	if (got.ret > 0 && have_module && k != O_FILE && k != O_PIPE &&
-	    got.path != STABLESEND_PATH_MODULE) {
+	    c->in != IN_BLK && got.path != STABLESEND_PATH_MODULE) {
 		fprintf(stderr, "  %s/%s: copied, not sent by the module\n",
 			c->name, out_names[k]);
 		bad = 1;
@@ -317,6 +360,13 @@ int main(void)
 	printf("%s\n", have_module ? "module present: sockets must use it" :
 	       "no module: checking the copy path");
 	data_fd = tmpfile_fd(FILE_SIZE, 1);
+	/* Never written to on a host: it may be somebody's disk. */
+	blk_fd = blk_required ? blk_open() : -1;
+	if (blk_fd < 0 && blk_required) {
+		fprintf(stderr, "%s: %s (brd was loaded)\n", BLK_DEV,
+			strerror(errno));
+		t_failed++;
+	}
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		for (k = 0; k < O_NKINDS; k++) {
 			if ((cases[i].out == OUT_RDONLY ||
