@@ -386,16 +386,24 @@ int ss_user_reserve(struct ss_ctx *ctx, u64 need, bool nonblock,
  */
 u64 ss_mem_free_now(struct ss_ctx *ctx)
 {
-	u64 limit = READ_ONCE(ctx->mem_limit), used = READ_ONCE(ctx->mem_used);
-	u64 free = used < limit ? limit - used : 0;
+	u64 free = ss_free_under(READ_ONCE(ctx->mem_used),
+				 READ_ONCE(ctx->mem_limit));
 
-	if (!ctx->unbounded) {
-		u64 ulimit = READ_ONCE(stablesend_user_limit);
-		u64 busy = atomic64_read(&ctx->user->busy);
-
-		free = min(free, busy < ulimit ? ulimit - busy : 0);
-	}
+	if (!ctx->unbounded)
+		free = min(free, ss_free_under(atomic64_read(&ctx->user->busy),
+					       READ_ONCE(stablesend_user_limit)));
 	return round_down(free, SS_CHUNK_SIZE);
+}
+
+/*
+ * Whether @nr more records fit under the user's bound with @held held; an
+ * opener with CAP_SYS_RESOURCE is not bound.
+ */
+static bool ss_user_records_fit(const struct ss_ctx *ctx, long held,
+				unsigned int nr)
+{
+	return ctx->unbounded ||
+	       (unsigned long)held + nr <= READ_ONCE(stablesend_user_records);
 }
 
 /**
@@ -411,7 +419,6 @@ u64 ss_mem_free_now(struct ss_ctx *ctx)
 bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr)
 {
 	struct ss_user *u = ctx->user;
-	unsigned long limit;
 	long held;
 
 	/* None (SEND, io_uring): not refused even over a bound lowered since. */
@@ -421,10 +428,9 @@ bool ss_user_records_charge(struct ss_ctx *ctx, unsigned int nr)
 		atomic_long_add(nr, &u->records);
 		return true;
 	}
-	limit = READ_ONCE(stablesend_user_records);
 	held = atomic_long_read(&u->records);
 	do {
-		if ((unsigned long)held + nr > limit)
+		if (!ss_user_records_fit(ctx, held, nr))
 			return false;
 	} while (!atomic_long_try_cmpxchg(&u->records, &held, held + nr));
 	return true;
@@ -464,12 +470,12 @@ static bool ss_room_mem(struct ss_ctx *ctx)
 	u64 mem_limit = READ_ONCE(ctx->mem_limit);
 	unsigned long want = READ_ONCE(ctx->room_want);
 
-	if (READ_ONCE(ctx->mem_used) + ss_room_for(want, mem_limit) > mem_limit)
+	if (ss_free_under(READ_ONCE(ctx->mem_used), mem_limit) <
+	    ss_room_for(want, mem_limit))
 		return false;
-	if (ctx->unbounded)
-		return true;
-	return atomic64_read(&ctx->user->busy) + ss_room_for(want, limit) <=
-	       limit;
+	return ctx->unbounded ||
+	       ss_free_under(atomic64_read(&ctx->user->busy), limit) >=
+	       ss_room_for(want, limit);
 }
 
 /*
@@ -479,16 +485,13 @@ static bool ss_room_mem(struct ss_ctx *ctx)
  */
 static bool ss_room_records(struct ss_ctx *ctx)
 {
-	unsigned long want = READ_ONCE(ctx->records_want);
+	unsigned int want = READ_ONCE(ctx->records_want);
 
 	if (!want)
 		return true;
-	if (READ_ONCE(ctx->cq_nr) + READ_ONCE(ctx->cq_reserved) + want >
-	    SS_CQ_MAX)
-		return false;
-	return ctx->unbounded ||
-	       atomic_long_read(&ctx->user->records) + want <=
-	       READ_ONCE(stablesend_user_records);
+	return ss_cq_fits(ctx, want) &&
+	       ss_user_records_fit(ctx, atomic_long_read(&ctx->user->records),
+				   want);
 }
 
 /*

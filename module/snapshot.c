@@ -47,7 +47,7 @@ static int ss_reserve_more(struct ss_req *req, u64 size)
 	int err;
 
 	spin_lock(&ctx->lock);
-	take = min(left, ctx->mem_limit - min(ctx->mem_limit, ctx->mem_used));
+	take = min(left, ss_free_under(ctx->mem_used, ctx->mem_limit));
 	spin_unlock(&ctx->lock);
 	if (take < size)
 		take = max_t(u64, size, ctx->mem_limit / 4);
@@ -169,8 +169,7 @@ static int ss_reserve_cq(struct ss_ctx *ctx, unsigned int ncqe)
 	if (!ncqe)
 		return 0;
 	spin_lock(&ctx->lock);
-	if (ctx->cq_nr + ctx->cq_reserved + ncqe > SS_CQ_MAX ||
-	    !ss_user_records_charge(ctx, ncqe))
+	if (!ss_cq_fits(ctx, ncqe) || !ss_user_records_charge(ctx, ncqe))
 		err = -ENOBUFS;
 	else
 		ctx->cq_reserved += ncqe;

@@ -299,4 +299,20 @@ static inline void ss_ctx_put(struct ss_ctx *ctx)
 	kref_put(&ctx->ref, ss_ctx_release);
 }
 
+/*
+ * Whether @nr more completion records fit the open's bound, unread and
+ * owed counted.  Under ctx->lock to reserve them, without it for poll().
+ */
+static inline bool ss_cq_fits(const struct ss_ctx *ctx, unsigned int nr)
+{
+	return READ_ONCE(ctx->cq_nr) + READ_ONCE(ctx->cq_reserved) + nr <=
+	       SS_CQ_MAX;
+}
+
+/* Bytes free under @limit with @used taken; none over a lowered limit. */
+static inline u64 ss_free_under(u64 used, u64 limit)
+{
+	return used < limit ? limit - used : 0;
+}
+
 #endif /* _SS_H */
