@@ -486,6 +486,13 @@ static inline void tcp_pair(int family, int *client, int *server)
 	close(l);
 }
 
+/* SO_SNDBUFFORCE (root: past wmem_max) of @bytes, which the kernel doubles. */
+static inline void sndbuf_force(int fd, int bytes)
+{
+	REQUIRE(!setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes,
+			    sizeof(bytes)), "SO_SNDBUFFORCE %d", bytes);
+}
+
 /*
  * A TCP listener on an IPv4 loopback port (its address in @sin) whose
  * accepted sockets have SO_RCVBUF @rcvbuf from the start: set before

@@ -142,7 +142,8 @@ static int library_dev(void)
 	int fd = -1;
 
 	while (d && (e = readdir(d))) {
-		char path[64], target[64];
+		char path[sizeof("/proc/self/fd/") + sizeof(e->d_name)];
+		char target[64];
 		ssize_t n;
 
 		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
@@ -160,14 +161,8 @@ static int library_dev(void)
 	return fd;
 }
 
-/* A send buffer larger than what is free of the open's memory. */
-static void sndbuf_force(int s)
-{
-	int sz = 128 << 10;	/* the kernel doubles it */
-
-	REQUIRE(!setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)),
-		"SO_SNDBUFFORCE");
-}
+/* A send buffer (256 KiB) larger than what is free of the open's memory. */
+#define BIG_SNDBUF	(128 << 10)
 
 #define P_LEN	(4 << 20)
 
@@ -190,7 +185,7 @@ static void order_case(int file)
 	REQUIRE(buf, "malloc");
 	tcp_pair(AF_INET, &c, &s);
 	/* Buffers far below the request: it stays parked. */
-	sndbuf_force(s);
+	sndbuf_force(s, BIG_SNDBUF);
 	REQUIRE(!setsockopt(c, SOL_SOCKET, SO_RCVBUF, &(int){ 64 << 10 },
 			    sizeof(int)), "SO_RCVBUF");
 	p = fork();
@@ -266,7 +261,7 @@ static void hdtr_case(int file)
 	tcp_pair(AF_INET, &c, &s);
 	fl = fcntl(s, F_GETFL);
 	REQUIRE(fcntl(s, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
-	sndbuf_force(s);
+	sndbuf_force(s, BIG_SNDBUF);
 	alarm(10);	/* a call that waits for memory ends the process */
 	n = stablesend_sendfile_hdtr(s, file, &off, 64 << 10, "H", 1, "T", 1, 0);
 	alarm(0);
@@ -299,7 +294,6 @@ static int run_partial(void)
 {
 	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET };
 	int file = file_with_pattern(A_LEN, pat), a, pa, c, s, ep, dev, fl;
-	int sz = 1 << 20;
 	unsigned char *buf = malloc(512 << 10);
 	off_t offa = 0, offc = 0;
 	ssize_t n;
@@ -308,9 +302,8 @@ static int run_partial(void)
 	REQUIRE(buf, "malloc");
 	tcp_pair(AF_INET, &a, &pa);	/* pa never reads */
 	tcp_pair(AF_INET, &c, &s);
-	REQUIRE(!setsockopt(c, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)),
-		"SO_SNDBUFFORCE");
-	sndbuf_force(a);
+	sndbuf_force(c, 1 << 20);
+	sndbuf_force(a, BIG_SNDBUF);
 	fl = fcntl(a, F_GETFL);
 	REQUIRE(!fcntl(a, F_SETFL, fl | O_NONBLOCK) &&
 		!fcntl(c, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
@@ -369,7 +362,7 @@ static int run_server(int nstalled, int low_limit)
 		REQUIRE(fcntl(sv.cl[i].fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
 		/* B's requests too large for what the stalled leave free. */
 		if (low_limit)
-			sndbuf_force(sv.cl[i].fd);
+			sndbuf_force(sv.cl[i].fd, BIG_SNDBUF);
 	}
 	pthread_create(&t, NULL, server, &sv);
 

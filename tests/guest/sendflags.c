@@ -161,7 +161,7 @@ static void capped(int dev, int file, int hdtr)
 static void nowait(int file)
 {
 	static unsigned char rx[LIMIT];
-	int dev = ss_dev(), a, pa, c, s, sz = LIMIT / 2;
+	int dev = ss_dev(), a, pa, c, s;
 	struct stablesend_counters k;
 	struct stablesend_req r;
 	size_t got;
@@ -170,9 +170,8 @@ static void nowait(int file)
 	REQUIRE(ss_setup(dev, -1, LIMIT) == 0, "SETUP");
 	tcp_pair(AF_INET, &a, &pa);	/* pa never reads */
 	tcp_pair(AF_INET, &c, &s);
-	REQUIRE(!setsockopt(a, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)) &&
-		!setsockopt(c, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)),
-		"SO_SNDBUFFORCE");
+	sndbuf_force(a, LIMIT / 2);
+	sndbuf_force(c, LIMIT / 2);
 	REQUIRE(fcntl(a, F_SETFL, O_NONBLOCK) == 0 &&
 		fcntl(c, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
 	r = ss_req(file, a, 0, LIMIT / 2, 3);
