@@ -5,12 +5,14 @@
  */
 #include <linux/eventfd.h>
 #include <linux/fs.h>
+#include <linux/kobject.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/sched/signal.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
+#include <linux/sysfs.h>
 #include <linux/uaccess.h>
 
 #include "ss.h"
@@ -368,52 +370,66 @@ static const char *const ss_stat_names[SS_NR_STATS] = {
 	[SS_REAP_CHECKS]	= "reap_checks",
 };
 
-static struct device_attribute ss_stat_dattrs[SS_NR_STATS];
+static struct kobj_attribute ss_stat_kattrs[SS_NR_STATS];
 static struct attribute *ss_stat_attrs[SS_NR_STATS + 1];
+static struct kobject *ss_stat_kobj;
 
-static ssize_t ss_stat_show(struct device *dev, struct device_attribute *attr,
+static ssize_t ss_stat_show(struct kobject *kobj, struct kobj_attribute *attr,
 			    char *buf)
 {
-	long long v = atomic64_read(&stablesend_stats[attr - ss_stat_dattrs]);
+	long long v = atomic64_read(&stablesend_stats[attr - ss_stat_kattrs]);
 
 	return sysfs_emit(buf, "%lld\n", v);
 }
 
 static const struct attribute_group ss_stat_group = {
-	.name	= "stats",
 	.attrs	= ss_stat_attrs,
-};
-
-static const struct attribute_group *ss_groups[] = {
-	&ss_stat_group,
-	NULL,
 };
 
 static struct miscdevice ss_misc = {
 	.minor	= MISC_DYNAMIC_MINOR,
 	.name	= "stablesend",
 	.fops	= &ss_fops,
-	.groups	= ss_groups,
 	.mode	= 0666,
 };
 
-int ss_device_init(void)
+/* The counters, one file each in /sys/module/stablesend/stats/. */
+static int ss_stat_init(void)
 {
-	int i;
+	int i, err;
 
 	for (i = 0; i < SS_NR_STATS; i++) {
-		struct device_attribute *da = &ss_stat_dattrs[i];
+		struct kobj_attribute *ka = &ss_stat_kattrs[i];
 
-		sysfs_attr_init(&da->attr);
-		da->attr.name = ss_stat_names[i];
-		da->attr.mode = 0444;
-		da->show = ss_stat_show;
-		ss_stat_attrs[i] = &da->attr;
+		sysfs_attr_init(&ka->attr);
+		ka->attr.name = ss_stat_names[i];
+		ka->attr.mode = 0444;
+		ka->show = ss_stat_show;
+		ss_stat_attrs[i] = &ka->attr;
 	}
-	return misc_register(&ss_misc);
+	ss_stat_kobj = kobject_create_and_add("stats", &THIS_MODULE->mkobj.kobj);
+	if (!ss_stat_kobj)
+		return -ENOMEM;
+	err = sysfs_create_group(ss_stat_kobj, &ss_stat_group);
+	if (err)
+		kobject_put(ss_stat_kobj);
+	return err;
+}
+
+int ss_device_init(void)
+{
+	int err = ss_stat_init();
+
+	if (err)
+		return err;
+	err = misc_register(&ss_misc);
+	if (err)
+		kobject_put(ss_stat_kobj);
+	return err;
 }
 
 void ss_device_exit(void)
 {
 	misc_deregister(&ss_misc);
+	kobject_put(ss_stat_kobj);
 }

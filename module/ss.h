@@ -49,7 +49,7 @@ extern unsigned long stablesend_max_limit;
 extern unsigned long stablesend_user_limit;
 extern unsigned int stablesend_user_records;
 
-/* Module-wide counters, one file each under /sys/class/misc/stablesend/stats/. */
+/* Module-wide counters, one file each under /sys/module/stablesend/stats/. */
 enum ss_stat {
 	SS_REQUESTS,		/* accepted */
 	SS_BYTES_SENT,

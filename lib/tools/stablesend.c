@@ -25,7 +25,7 @@
 
 /* Where the module publishes global state; each is optional. */
 #define SYS_PARAMS	"/sys/module/stablesend/parameters"
-#define SYS_STATS	"/sys/class/misc/stablesend/stats"
+#define SYS_STATS	"/sys/module/stablesend/stats"
 #define DEBUGFS_DIR	"/sys/kernel/debug/stablesend"
 
 static const char *prog = "stablesend";

@@ -1783,7 +1783,7 @@ static void *stall_watchdog(void *arg)
 			char path[128], val[64] = "?";
 
 			snprintf(path, sizeof(path),
-				 "/sys/class/misc/stablesend/stats/%s", stats[i]);
+				 "/sys/module/stablesend/stats/%s", stats[i]);
 			f = fopen(path, "r");
 			if (f) {
 				if (!fgets(val, sizeof(val), f))

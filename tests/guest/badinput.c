@@ -466,6 +466,7 @@ static void setup_cases(int file, int sock, long *sink_expect)
 	struct stablesend_setup s0 = { .eventfd = -1 }, s;
 	long long max_limit = -1, in_force;
 	struct stablesend_req r;
+	struct stablesend_counters c;
 	struct stablesend_cqe cqe;
 	char buf[64] = "";
 	int dev, efd;
@@ -563,6 +564,19 @@ static void setup_cases(int file, int sock, long *sink_expect)
 	*sink_expect += 100;
 	s = s0;
 	EXPECT("SETUP", "after a SEND", setup_with(dev, &s), EBUSY);
+	/* stablesend.4: a SEND counts as accepted and finished. */
+	ss_counters(dev, &c);
+	CHECK(c.submitted == 1 && c.completed == 1 && !c.failed,
+	      "counters after a SEND: submitted %llu completed %llu failed %llu",
+	      (unsigned long long)c.submitted, (unsigned long long)c.completed,
+	      (unsigned long long)c.failed);
+	close(dev);
+	/* stablesend.4: one that then fails counts too. */
+	dev = ss_dev();
+	r = ss_req(file, -1, 0, 100, 79);
+	EXPECT("SEND", "bad socket fd, before SETUP", ss_send(dev, &r), EBADF);
+	s = s0;
+	EXPECT("SETUP", "after a failed SEND", setup_with(dev, &s), EBUSY);
 	close(dev);
 }
 

@@ -345,7 +345,7 @@ static inline double poller_woken(struct poller *p, double since)
 	return p->woke - since;
 }
 
-/* Module-wide counter from /sys/class/misc/stablesend/stats/. */
+/* Module-wide counter from /sys/module/stablesend/stats/. */
 static inline long long ss_stat(const char *name)
 {
 	char path[128], buf[64];
@@ -353,7 +353,7 @@ static inline long long ss_stat(const char *name)
 	ssize_t n;
 	int fd;
 
-	snprintf(path, sizeof(path), "/sys/class/misc/stablesend/stats/%s", name);
+	snprintf(path, sizeof(path), "/sys/module/stablesend/stats/%s", name);
 	fd = open(path, O_RDONLY);
 	if (fd < 0)
 		return -1;

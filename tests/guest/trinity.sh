@@ -15,7 +15,7 @@ scale=1
 calls=$((500 * scale))
 limit=$((150 * scale * ${STABLESEND_TIMEOUT_SCALE:-1}))	# debug kernel: slower
 seed=${TRINITY_SEED:-$(($(date +%s) % 100000))}
-stats=/sys/class/misc/stablesend/stats
+stats=/sys/module/stablesend/stats
 
 command -v trinity >/dev/null || { echo "trinity is not in the initramfs (host package trinity?)"; exit 77; }
 [ -c /dev/stablesend ] || { echo "no /dev/stablesend"; exit 77; }

@@ -183,7 +183,7 @@ static void check_files(const char *secret, int passed)
 static void check_sysfs(void)
 {
 	static const char *const p[] = { "default_limit", "max_limit" };
-	const char *stats = "/sys/class/misc/stablesend/stats";
+	const char *stats = "/sys/module/stablesend/stats";
 	char path[128];
 	unsigned int i;
 

@@ -6,7 +6,7 @@
 # test-timeout: 60
 m=/sys/module/stablesend
 [ -d $m ] || { echo "stablesend is not loaded"; exit 77; }
-stats=/sys/class/misc/stablesend/stats
+stats=/sys/module/stablesend/stats
 i=0
 # Pages still held by the network stack keep a context, and so the module.
 while [ "$(cat $m/refcnt)" != 0 ] && [ $i -lt 100 ]; do

@@ -336,7 +336,7 @@ static void dump_stacks(pid_t sid)
  */
 static void dump_module_state(void)
 {
-	static const char *const stats = "/sys/class/misc/stablesend/stats";
+	static const char *const stats = "/sys/module/stablesend/stats";
 	DIR *d = opendir(stats);
 	struct dirent *e;
 	char path[600], val[32], stack[4096];

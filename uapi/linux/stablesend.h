@@ -372,9 +372,9 @@ struct stablesend_cqe {
 
 /**
  * struct stablesend_counters - per-open counters
- * @submitted:	requests accepted
- * @completed:	SENT completions produced
- * @failed:	completions with a negative result
+ * @submitted:	requests accepted (SENDs and io_uring commands too)
+ * @completed:	accepted requests finished (a SEND's result counts)
+ * @failed:	finished with a negative result
  * @cancelled:	requests cancelled
  * @bytes_sent:	bytes handed to sockets
  * @mem_in_use:	snapshot bytes held now (queued or in flight)
