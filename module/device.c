@@ -374,6 +374,7 @@ static struct kobj_attribute ss_stat_kattrs[SS_NR_STATS];
 static struct attribute *ss_stat_attrs[SS_NR_STATS + 1];
 static struct kobject *ss_stat_kobj;
 
+/* @attr is one of ss_stat_kattrs[]: its index is the counter's. */
 static ssize_t ss_stat_show(struct kobject *kobj, struct kobj_attribute *attr,
 			    char *buf)
 {
@@ -394,7 +395,7 @@ static struct miscdevice ss_misc = {
 };
 
 /* The counters, one file each in /sys/module/stablesend/stats/. */
-static int ss_stat_init(void)
+static int __init ss_stat_init(void)
 {
 	int i, err;
 
@@ -407,24 +408,30 @@ static int ss_stat_init(void)
 		ka->show = ss_stat_show;
 		ss_stat_attrs[i] = &ka->attr;
 	}
-	ss_stat_kobj = kobject_create_and_add("stats", &THIS_MODULE->mkobj.kobj);
+	/* Holds the module's kobject: put on every path out of init. */
+	ss_stat_kobj = kobject_create_and_add("stats",
+					      &THIS_MODULE->mkobj.kobj);
 	if (!ss_stat_kobj)
 		return -ENOMEM;
 	err = sysfs_create_group(ss_stat_kobj, &ss_stat_group);
-	if (err)
+	if (err) {
 		kobject_put(ss_stat_kobj);
+		ss_stat_kobj = NULL;
+	}
 	return err;
 }
 
-int ss_device_init(void)
+int __init ss_device_init(void)
 {
 	int err = ss_stat_init();
 
 	if (err)
 		return err;
 	err = misc_register(&ss_misc);
-	if (err)
+	if (err) {
 		kobject_put(ss_stat_kobj);
+		ss_stat_kobj = NULL;
+	}
 	return err;
 }
 
@@ -432,4 +439,5 @@ void ss_device_exit(void)
 {
 	misc_deregister(&ss_misc);
 	kobject_put(ss_stat_kobj);
+	ss_stat_kobj = NULL;
 }

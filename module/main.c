@@ -35,6 +35,10 @@ static int __init ss_init(void)
 	err = ss_memory_init();
 	if (err)
 		goto fail_kick;
+	/*
+	 * Last: a step added after it must unwind with ss_device_exit(), as
+	 * its stats kobject holds the module's (free_module() would wait).
+	 */
 	err = ss_device_init();
 	if (err)
 		goto fail_mem;
