@@ -756,6 +756,19 @@ out:
 }
 
 /*
+ * At most @want, but no more than the file at @in_fd holds from @pos now
+ * (its size as fstat(2) tells, which a failure leaves unchecked).
+ */
+static size_t file_bytes_left(int in_fd, off_t pos, size_t want)
+{
+	struct stat st;
+
+	if (fstat(in_fd, &st) || st.st_size - pos >= (off_t)want)
+		return want;
+	return st.st_size > pos ? st.st_size - pos : 0;
+}
+
+/*
  * One SEND carrying header, file range and trailer.  The file part is
  * sized from f->in_size so that the split of the result between file and
  * trailer bytes is known; a range cut to fit the budget leaves the trailer
@@ -817,7 +830,64 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 		*fsent = ret - h->head_len;
 	else
 		*fsent = flen;
+	/*
+	 * Short of everything with a trailer asked for: a full socket, or a
+	 * file that shrank, its trailer right after fewer file bytes.
+	 */
+	if (req.tail_len && (size_t)ret < h->head_len + flen + req.tail_len)
+		*fsent = file_bytes_left(in_fd, f->pos, *fsent);
 	return ret;
+}
+
+/*
+ * After stablesend_sendfile_hdtr()'s first SEND on a non-blocking socket
+ * went out (@n bytes, *@fsent of them the file's): as send_more() says for
+ * stablesend_sendfile(), a short count must mean a full socket, and the
+ * module stops short at the memory free now (STABLESEND_REQ_NOWAIT) or at
+ * dev_max_len.  So go on with the rest of the range and the trailer until
+ * the socket refuses or a trailer byte went, what the module has no memory
+ * for (ENOSPC) sent as a copy.  Returns the bytes sent here; their file
+ * bytes are added to *@fsent.
+ */
+static size_t hdtr_on(int dev, int out_fd, int in_fd, const struct ss_fds *f,
+		      size_t count, int tail_ok, const struct ss_hdtr *h,
+		      size_t n, size_t *fsent)
+{
+	struct ss_hdtr rest = {
+		.tail = h->tail, .tail_len = h->tail_len, .flags = h->flags,
+	};
+	struct ss_fds at = *f;
+	size_t done = 0, fs;
+	ssize_t m;
+
+	/* Short in the header (a full socket), or the trailer began. */
+	if (n < h->head_len || n > h->head_len + *fsent)
+		return 0;
+	for (;;) {
+		/* A cut range leaves its trailer to the caller's next call. */
+		if (*fsent == count && !(tail_ok && h->tail_len))
+			break;
+		at.pos = f->pos + *fsent;
+		m = module_hdtr(dev, out_fd, in_fd, &at, count - *fsent,
+				tail_ok, &rest, &fs);
+		if (m < 0 && errno == ENOSPC) {
+			m = copy_hdtr(out_fd, in_fd, &at, count - *fsent,
+				      tail_ok, &rest, &fs);
+			if (m > 0) {
+				last_path = STABLESEND_PATH_COPY;
+				done += m;
+				*fsent += fs;
+			}
+			break;	/* it wrote until the socket was full */
+		}
+		if (m <= 0)
+			break;
+		done += m;
+		*fsent += fs;
+		if ((size_t)m > fs)	/* trailer bytes went */
+			break;
+	}
+	return done;
 }
 
 ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
@@ -875,6 +945,9 @@ ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
 				&h, &fsent);
 		if (n >= 0) {
 			last_path = STABLESEND_PATH_MODULE;
+			if (f.out_nonblock && n > 0)
+				n += hdtr_on(dev, out_fd, in_fd, &f, count,
+					     count == want, &h, n, &fsent);
 			goto done;
 		}
 		err = errno;

@@ -288,14 +288,17 @@ static void hdtr_case(int file)
  * with the library's open at 256 KiB (a SEND at most 64 KiB, a quarter),
  * 128 KiB held by a peer that does not read, a call for 512 KiB on a socket
  * with a 2 MiB send buffer returns all of it (64 KiB per SEND, then a copy
- * once no memory is free), or a count with the socket full.
+ * once no memory is free), or a count with the socket full.  The same for
+ * stablesend_sendfile_hdtr() with a header and a trailer byte.
  */
 static int run_partial(void)
 {
 	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET };
 	int file = file_with_pattern(A_LEN, pat), a, pa, c, s, ep, dev, fl;
-	unsigned char *buf = malloc(512 << 10);
+	const size_t total = 1 + (512 << 10) + 1;
+	unsigned char *buf = malloc(total);
 	off_t offa = 0, offc = 0;
+	long long held = -1;
 	ssize_t n;
 	size_t got;
 
@@ -329,6 +332,35 @@ static int run_partial(void)
 	got = n > 0 ? read_full(s, buf, n) : 0;
 	CHECK(got == (size_t)(n > 0 ? n : 0) && pattern_mismatch(buf, got, 0, pat) == got,
 	      "the peer got %zu of %zd bytes, or not the file's", got, n);
+	close(c);
+	close(s);
+
+	/* Once the peer's reading gave c's memory back: the same with hdtr. */
+	for (int i = 0; i < 500 && held != 128 << 10; i++) {
+		held = fdinfo_num(getpid(), dev, "stablesend-mem-in-use");
+		usleep(10000);
+	}
+	REQUIRE(held == 128 << 10, "memory in use %lld, not back to 128 KiB", held);
+	tcp_pair(AF_INET, &c, &s);
+	sndbuf_force(c, 1 << 20);
+	REQUIRE(!fcntl(c, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
+	offc = 0;
+	n = stablesend_sendfile_hdtr(c, file, &offc, 512 << 10, "H", 1, "T", 1, 0);
+	printf("stablesend_sendfile_hdtr() for 1 + 512 KiB + 1 with 128 KiB free: %zd (%s), the socket %swritable after it\n",
+	       n, stablesend_sendfile_path() == STABLESEND_PATH_COPY ? "ending in a copy" : "the module's",
+	       poll_now(c, POLLOUT) & POLLOUT ? "" : "not ");
+	CHECK(n == (ssize_t)total || (n > 0 && !(poll_now(c, POLLOUT) & POLLOUT)),
+	      "stablesend_sendfile_hdtr() returned %zd of %zu with the socket still writable",
+	      n, total);
+	shutdown(c, SHUT_WR);
+	got = n > 0 ? read_full(s, buf, n) : 0;
+	CHECK(got == (size_t)(n > 0 ? n : 0) && got > 1 && buf[0] == 'H' &&
+	      pattern_mismatch(buf + 1, got - 1 < 512 << 10 ? got - 1 : 512 << 10, 0, pat) ==
+	      (got - 1 < 512 << 10 ? got - 1 : 512 << 10) &&
+	      (got < total || buf[total - 1] == 'T') &&
+	      offc == (off_t)(got - 1 < 512 << 10 ? got - 1 : 512 << 10),
+	      "hdtr: the peer got %zu of %zd bytes, or not header, file and trailer (offset %lld)",
+	      got, n, (long long)offc);
 	close(ep);
 	close(a);
 	close(pa);

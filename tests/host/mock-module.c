@@ -16,7 +16,8 @@
  * file position and *offset updates; stablesend_sendfile_hdtr()'s SEND
  * (header and trailer in the request, the trailer held back when the range
  * is cut, header and trailer alone at end of file, the copy path when the
- * module lacks STABLESEND_FEAT_HDTR); device init failures and
+ * module lacks STABLESEND_FEAT_HDTR, going on after a NOWAIT SEND cut
+ * short on a non-blocking socket); device init failures and
  * STABLESEND_REQUIRE_MODULE in child processes.
  */
 #include <poll.h>
@@ -49,6 +50,9 @@ static struct {
 	int send_calls;
 	int send_err;		/* next SEND fails with this */
 	__u64 emsgsize_above;	/* SEND fails with EMSGSIZE above this */
+	long long nowait_free;	/* >= 0: memory a NOWAIT SEND finds free */
+	long long nowait_refill; /* > 0: nowait_free at each NOWAIT SEND */
+	long long truncate_to;	/* >= 0: the next SEND truncates the file */
 	struct stablesend_req last_send;
 	__u64 cancel_arg;
 } mock = {
@@ -57,6 +61,8 @@ static struct {
 		    STABLESEND_FEAT_UNIX,
 	.accept_left = 1 << 30,
 	.emsgsize_above = ~0ULL,
+	.nowait_free = -1,
+	.truncate_to = -1,
 };
 
 static int is_mock(int fd)
@@ -93,8 +99,8 @@ static int mock_put(int sock, const void *p, size_t len, __u64 *done)
 static int mock_send(struct stablesend_req *r)
 {
 	static char buf[65536];
+	__u64 done = 0, flen, tail_len = r->tail_len;
 	struct stat st;
-	__u64 done = 0, flen;
 	int ret;
 
 	mock.send_calls++;
@@ -109,6 +115,11 @@ static int mock_send(struct stablesend_req *r)
 		return -1;
 	if (!S_ISSOCK(st.st_mode))
 		return fail(ENOTSOCK);
+	if (mock.truncate_to >= 0) {	/* a writer, just before the read */
+		if (ftruncate(r->file_fd, mock.truncate_to))
+			DIE("ftruncate");
+		mock.truncate_to = -1;
+	}
 	if (fstat(r->file_fd, &st))
 		return -1;
 	if (!r->len && !r->head_len && !r->tail_len)
@@ -124,6 +135,31 @@ static int mock_send(struct stablesend_req *r)
 		return fail(EMSGSIZE);
 	flen = r->len && (__u64)st.st_size - r->offset < r->len ?
 	       (__u64)st.st_size - r->offset : r->len;
+	/*
+	 * As the module: STABLESEND_REQ_NOWAIT on a non-blocking socket takes
+	 * the memory free (ENOSPC with none), a cut request losing its trailer.
+	 */
+	if ((mock.nowait_free >= 0 || mock.nowait_refill > 0) &&
+	    (r->flags & STABLESEND_REQ_NOWAIT) &&
+	    (fcntl(r->sock_fd, F_GETFL) & O_NONBLOCK)) {
+		__u64 room, keep;
+
+		if (mock.nowait_refill > 0)
+			mock.nowait_free = mock.nowait_refill;
+		room = mock.nowait_free;
+
+		if (!room)
+			return fail(ENOSPC);
+		if (r->head_len + flen + tail_len > room) {
+			keep = room > r->head_len ? room - r->head_len : 0;
+			if (keep > flen)
+				keep = flen;
+			if (r->head_len || keep) {
+				flen = keep;
+				tail_len = 0;
+			}
+		}
+	}
 	/* As the module: a non-blocking socket takes what it has room for. */
 	ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->head, r->head_len,
 		       &done);
@@ -139,7 +175,10 @@ static int mock_send(struct stablesend_req *r)
 	}
 	if (!ret)
 		ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->tail,
-			       r->tail_len, &done);
+			       tail_len, &done);
+	if (ret >= 0 && mock.nowait_free > 0)	/* held until released */
+		mock.nowait_free -= (long long)done < mock.nowait_free ?
+				    (long long)done : mock.nowait_free;
 	return ret < 0 ? -1 : (int)done;
 }
 
@@ -809,6 +848,143 @@ static void no_hdtr_feature(void)
 	close(fd);
 }
 
+/*
+ * STABLESEND_REQ_NOWAIT: on a non-blocking socket a SEND cut short by the
+ * memory free, then ENOSPC.  stablesend_sendfile_hdtr() must go on (the
+ * rest as a copy) until the socket is full or all is sent, as a short
+ * count with room left would leave an edge-triggered poller waiting.
+ */
+static void nowait_hdtr(void)
+{
+	static const char hd[] = "HEAD", tl[] = "TAIL";
+	const size_t len = 200000, total = 4 + len + 4;
+	int fd = tmpfile_fd(len, 3), fds[2], big = 2 << 20;
+	struct pollfd p;
+	struct sink s;
+	off_t off = 0;
+	ssize_t n;
+	size_t i;
+
+	mock.features |= STABLESEND_FEAT_NOWAIT;
+	mock.nowait_free = 50000;
+	mock.send_calls = 0;
+	stream_pair(AF_INET, fds);
+	/* Room for it all (without root, TCP grows it towards tcp_wmem). */
+	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	n = stablesend_sendfile_hdtr(fds[0], fd, &off, len, hd, 4, tl, 4, 0);
+	p = (struct pollfd){ .fd = fds[0], .events = POLLOUT };
+	CHECK(n > 50000 && (n == (ssize_t)total || poll(&p, 1, 0) == 0),
+	      "hdtr with 50000 bytes of memory free: %zd of %zu, the socket %s",
+	      n, total, poll(&p, 1, 0) ? "still writable" : "full");
+	CHECK(mock.send_calls == 2 &&
+	      stablesend_sendfile_path() == STABLESEND_PATH_COPY,
+	      "one SEND cut short, one ENOSPC, then a copy: %d SENDs, path %d",
+	      mock.send_calls, stablesend_sendfile_path());
+	CHECK(n > 4 && off == (n - 4 < (ssize_t)len ? n - 4 : (off_t)len),
+	      "offset %lld after %zd bytes", (long long)off, n);
+	sink_start(&s, fds[1]);
+	close(fds[0]);
+	sink_finish(&s);
+	for (i = 0; i < s.len && n > 0; i++) {
+		unsigned char want = i < 4 ? hd[i] : i < 4 + len ?
+				     pat(i - 4, 3) : tl[i - 4 - len];
+
+		if (s.buf[i] != want)
+			break;
+	}
+	CHECK(n > 0 && s.len == (size_t)n && i == s.len,
+	      "received %zu of %zd bytes, wrong at %zu", s.len, n, i);
+	free(s.buf);
+	close(fds[1]);
+	close(fd);
+}
+
+/* hdtr over a non-blocking TCP pair; returns the result, *got the bytes. */
+static ssize_t hdtr_nb(int fd, off_t *off, size_t count, unsigned char **got,
+		       size_t *got_len)
+{
+	struct sink s;
+	int fds[2];
+	ssize_t n;
+
+	stream_pair(AF_INET, fds);
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	n = stablesend_sendfile_hdtr(fds[0], fd, off, count, "HEAD", 4, "TAIL",
+				     4, 0);
+	sink_start(&s, fds[1]);
+	close(fds[0]);
+	sink_finish(&s);
+	close(fds[1]);
+	*got = s.buf;
+	*got_len = s.len;
+	return n;
+}
+
+/* Whether @b is "HEAD", @flen bytes of pattern 3 from 0, "TAIL". */
+static int hdtr_bytes(const unsigned char *b, size_t len, size_t flen)
+{
+	size_t i;
+
+	if (len != 4 + flen + 4 || memcmp(b, "HEAD", 4) ||
+	    memcmp(b + 4 + flen, "TAIL", 4))
+		return 0;
+	for (i = 0; i < flen; i++)
+		if (b[4 + i] != pat(i, 3))
+			return 0;
+	return 1;
+}
+
+/*
+ * hdtr on a non-blocking socket going on through the module: with 300
+ * bytes free at each SEND, four SENDs carry header, 1000 file bytes and
+ * trailer (the trailer once, with the last file bytes); with header and
+ * file exactly free, the trailer goes alone in a second SEND; a file cut
+ * to 500 bytes just before the read gives header, 500 bytes, trailer,
+ * and the offset at 500 (the bytes after the file's are its trailer's).
+ */
+static void nowait_hdtr_module(void)
+{
+	int fd = tmpfile_fd(1000, 3);
+	unsigned char *b;
+	size_t len;
+	off_t off = 0;
+	ssize_t n;
+
+	mock.features |= STABLESEND_FEAT_NOWAIT;
+	mock.nowait_refill = 300;
+	mock.send_calls = 0;
+	n = hdtr_nb(fd, &off, 1000, &b, &len);
+	CHECK(n == 1008 && off == 1000 && hdtr_bytes(b, len, 1000) &&
+	      mock.send_calls == 4 &&
+	      stablesend_sendfile_path() == STABLESEND_PATH_MODULE,
+	      "300 free per SEND: %zd, offset %lld, %zu bytes %s, %d SENDs",
+	      n, (long long)off, len, hdtr_bytes(b, len, 1000) ? "right" :
+	      "wrong", mock.send_calls);
+	free(b);
+
+	mock.nowait_refill = 1004;
+	mock.send_calls = 0;
+	off = 0;
+	n = hdtr_nb(fd, &off, 1000, &b, &len);
+	CHECK(n == 1008 && off == 1000 && hdtr_bytes(b, len, 1000) &&
+	      mock.send_calls == 2,
+	      "header and file free: %zd, offset %lld, %zu bytes %s, %d SENDs",
+	      n, (long long)off, len, hdtr_bytes(b, len, 1000) ? "right" :
+	      "wrong", mock.send_calls);
+	free(b);
+
+	mock.nowait_refill = 1 << 20;
+	mock.truncate_to = 500;
+	off = 0;
+	n = hdtr_nb(fd, &off, 1000, &b, &len);
+	CHECK(n == 508 && off == 500 && hdtr_bytes(b, len, 500),
+	      "file cut to 500: %zd, offset %lld, %zu bytes %s", n,
+	      (long long)off, len, hdtr_bytes(b, len, 500) ? "right" : "wrong");
+	free(b);
+	close(fd);
+}
+
 static void setup_enotty(void)
 {
 	mock.setup_err = ENOTTY;
@@ -852,6 +1028,8 @@ int main(void)
 	mock_init();
 	CHECK(child(no_send_feature) == 0, "no_send_feature");
 	CHECK(child(no_hdtr_feature) == 0, "no_hdtr_feature");
+	CHECK(child(nowait_hdtr) == 0, "nowait_hdtr");
+	CHECK(child(nowait_hdtr_module) == 0, "nowait_hdtr_module");
 	CHECK(child(setup_enotty) == 0, "setup_enotty");
 	CHECK(child(setup_transient) == 0, "setup_transient");
 	CHECK(child(setup_transient_required) == 0, "setup_transient_required");
