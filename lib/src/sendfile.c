@@ -768,6 +768,12 @@ static size_t file_bytes_left(int in_fd, off_t pos, size_t want)
 	return st.st_size > pos ? st.st_size - pos : 0;
 }
 
+/* STABLESEND_REQ_NOWAIT where copy_hdtr() can take what it refuses. */
+static __u32 hdtr_nowait(const struct ss_fds *f)
+{
+	return f->in_direct ? 0 : nowait_flag();
+}
+
 /*
  * One SEND carrying header, file range and trailer.  The file part is
  * sized from f->in_size so that the split of the result between file and
@@ -805,7 +811,7 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 		stablesend_prep_hdtr(&req, h->head, h->head_len,
 				     tail_ok ? h->tail : NULL,
 				     tail_ok ? h->tail_len : 0);
-		req.flags = h->flags | (f->in_direct ? 0 : nowait_flag());
+		req.flags = h->flags | hdtr_nowait(f);
 		if (!flen && !req.head_len && !req.tail_len) {
 			*fsent = 0;	/* nothing left to send: a file shrank */
 			return 0;
@@ -840,37 +846,30 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 }
 
 /*
- * After stablesend_sendfile_hdtr()'s first SEND on a non-blocking socket
- * went out (@n bytes, *@fsent of them the file's): as send_more() says for
- * stablesend_sendfile(), a short count must mean a full socket, and the
- * module stops short at the memory free now (STABLESEND_REQ_NOWAIT) or at
- * dev_max_len.  So go on with the rest of the range and the trailer until
- * the socket refuses or a trailer byte went, what the module has no memory
- * for (ENOSPC) sent as a copy.  Returns the bytes sent here; their file
- * bytes are added to *@fsent.
+ * The module path of stablesend_sendfile_hdtr(): a SEND of header, file
+ * range and trailer, and on a non-blocking socket more for the rest, as
+ * send_more() says for stablesend_sendfile(): a short count must mean a
+ * full socket, and the module stops short at the memory free now
+ * (STABLESEND_REQ_NOWAIT) or at dev_max_len.  So a non-blocking socket is
+ * sent to until it refuses, a trailer byte went or all is sent; what the
+ * module has no memory for (ENOSPC) goes as a copy.  Returns the bytes
+ * sent with *@fsent the file bytes among them, or -1 with errno if none.
  */
-static size_t hdtr_on(int dev, int out_fd, int in_fd, const struct ss_fds *f,
-		      size_t count, int tail_ok, const struct ss_hdtr *h,
-		      size_t n, size_t *fsent)
+static ssize_t send_hdtr(int dev, int out_fd, int in_fd,
+			 const struct ss_fds *f, size_t count, int tail_ok,
+			 const struct ss_hdtr *h, size_t *fsent)
 {
-	struct ss_hdtr rest = {
-		.tail = h->tail, .tail_len = h->tail_len, .flags = h->flags,
-	};
+	struct ss_hdtr rest = *h;
 	struct ss_fds at = *f;
 	size_t done = 0, fs;
 	ssize_t m;
 
-	/* Short in the header (a full socket), or the trailer began. */
-	if (n < h->head_len || n > h->head_len + *fsent)
-		return 0;
+	*fsent = 0;
 	for (;;) {
-		/* A cut range leaves its trailer to the caller's next call. */
-		if (*fsent == count && !(tail_ok && h->tail_len))
-			break;
 		at.pos = f->pos + *fsent;
 		m = module_hdtr(dev, out_fd, in_fd, &at, count - *fsent,
 				tail_ok, &rest, &fs);
-		if (m < 0 && errno == ENOSPC) {
+		if (m < 0 && errno == ENOSPC && hdtr_nowait(f)) {
 			m = copy_hdtr(out_fd, in_fd, &at, count - *fsent,
 				      tail_ok, &rest, &fs);
 			if (m > 0) {
@@ -880,14 +879,24 @@ static size_t hdtr_on(int dev, int out_fd, int in_fd, const struct ss_fds *f,
 			}
 			break;	/* it wrote until the socket was full */
 		}
-		if (m <= 0)
+		if (m < 0)
+			break;
+		last_path = STABLESEND_PATH_MODULE;
+		if (!m)
 			break;
 		done += m;
 		*fsent += fs;
-		if ((size_t)m > fs)	/* trailer bytes went */
+		/* Short in the header (a full socket), or the trailer went. */
+		if (!f->out_nonblock || (size_t)m < rest.head_len ||
+		    (size_t)m > rest.head_len + fs)
 			break;
+		/* A cut range leaves its trailer to the caller's next call. */
+		if (*fsent == count && !(tail_ok && h->tail_len))
+			break;
+		rest.head = NULL;
+		rest.head_len = 0;
 	}
-	return done;
+	return done || m >= 0 ? (ssize_t)done : -1;
 }
 
 ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
@@ -941,15 +950,10 @@ ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
 		/* The module takes regular files to sockets only. */
 		if ((!f.in_reg || !f.out_sock) && !require_module())
 			break;
-		n = module_hdtr(dev, out_fd, in_fd, &f, count, count == want,
-				&h, &fsent);
-		if (n >= 0) {
-			last_path = STABLESEND_PATH_MODULE;
-			if (f.out_nonblock && n > 0)
-				n += hdtr_on(dev, out_fd, in_fd, &f, count,
-					     count == want, &h, n, &fsent);
+		n = send_hdtr(dev, out_fd, in_fd, &f, count, count == want, &h,
+			      &fsent);
+		if (n >= 0)
 			goto done;
-		}
 		err = errno;
 		if (require_module())
 			return -1;
@@ -958,8 +962,6 @@ ssize_t stablesend_sendfile_hdtr(int out_fd, int in_fd, off_t *offset,
 		case EOPNOTSUPP:
 		case ENOTCONN:
 		case EMSGSIZE:	/* even the header and trailer do not fit */
-			break;
-		case ENOSPC:	/* no memory free now (REQ_NOWAIT) */
 			break;
 		default:
 			return -1;
