@@ -777,13 +777,14 @@ static __u32 hdtr_nowait(const struct ss_fds *f)
 /*
  * One SEND carrying header, file range and trailer.  The file part is
  * sized from f->in_size so that the split of the result between file and
- * trailer bytes is known; a range cut to fit the budget leaves the trailer
- * for a later call.  Returns the bytes sent with *fsent the file bytes
- * among them, or -1 with errno.
+ * trailer bytes is known; a range cut to fit the budget or *@fmax leaves
+ * the trailer for a later call.  EMSGSIZE halves the file part, and
+ * *@fmax keeps what fitted for the call's later SENDs.  Returns the bytes
+ * sent with *fsent the file bytes among them, or -1 with errno.
  */
 static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 			   const struct ss_fds *f, size_t count, int tail_ok,
-			   const struct ss_hdtr *h, size_t *fsent)
+			   const struct ss_hdtr *h, size_t *fmax, size_t *fsent)
 {
 	size_t budget = dev_max_len, hd = h->head_len + h->tail_len, flen;
 	struct stablesend_req req;
@@ -803,6 +804,10 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 		tail_ok = 1;	/* the range ends at end of file */
 	if (flen > (budget > hd + SS_MIN_SEND ? budget - hd : SS_MIN_SEND)) {
 		flen = budget > hd + SS_MIN_SEND ? budget - hd : SS_MIN_SEND;
+		tail_ok = 0;
+	}
+	if (flen > *fmax) {
+		flen = *fmax;
 		tail_ok = 0;
 	}
 
@@ -825,6 +830,7 @@ static ssize_t module_hdtr(int dev, int out_fd, int in_fd,
 			tail_ok = 1;
 		} else if (errno == EMSGSIZE && flen > SS_MIN_SEND) {
 			flen /= 2;
+			*fmax = flen;
 			tail_ok = 0;
 		} else {
 			return -1;
@@ -861,14 +867,14 @@ static ssize_t send_hdtr(int dev, int out_fd, int in_fd,
 {
 	struct ss_hdtr rest = *h;
 	struct ss_fds at = *f;
-	size_t done = 0, fs;
+	size_t done = 0, fs, fmax = SIZE_MAX;
 	ssize_t m;
 
 	*fsent = 0;
 	for (;;) {
 		at.pos = f->pos + *fsent;
 		m = module_hdtr(dev, out_fd, in_fd, &at, count - *fsent,
-				tail_ok, &rest, &fs);
+				tail_ok, &rest, &fmax, &fs);
 		if (m < 0 && errno == ENOSPC && hdtr_nowait(f)) {
 			m = copy_hdtr(out_fd, in_fd, &at, count - *fsent,
 				      tail_ok, &rest, &fs);

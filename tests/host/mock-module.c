@@ -50,6 +50,8 @@ static struct {
 	int send_calls;
 	int send_err;		/* next SEND fails with this */
 	__u64 emsgsize_above;	/* SEND fails with EMSGSIZE above this */
+	int sent_ok;		/* a SEND went since the test cleared it */
+	int emsgsize_late;	/* EMSGSIZEs after that */
 	long long nowait_free;	/* >= 0: memory a NOWAIT SEND finds free */
 	long long nowait_refill; /* > 0: nowait_free at each NOWAIT SEND */
 	long long truncate_to;	/* >= 0: the next SEND truncates the file */
@@ -129,8 +131,10 @@ static int mock_send(struct stablesend_req *r)
 		return fail(EINVAL);
 	if (r->len && r->offset >= (__u64)st.st_size)
 		return fail(ENODATA);
-	if (r->len + r->head_len + r->tail_len > mock.emsgsize_above)
+	if (r->len + r->head_len + r->tail_len > mock.emsgsize_above) {
+		mock.emsgsize_late += mock.sent_ok;
 		return fail(EMSGSIZE);
+	}
 	if (r->len + r->head_len + r->tail_len > MOCK_LIMIT)
 		return fail(EMSGSIZE);
 	flen = r->len && (__u64)st.st_size - r->offset < r->len ?
@@ -176,6 +180,8 @@ static int mock_send(struct stablesend_req *r)
 	if (!ret)
 		ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->tail,
 			       tail_len, &done);
+	if (ret >= 0)
+		mock.sent_ok = 1;
 	if (ret >= 0 && mock.nowait_free > 0)	/* held until released */
 		mock.nowait_free -= (long long)done < mock.nowait_free ?
 				    (long long)done : mock.nowait_free;
@@ -981,6 +987,23 @@ static void nowait_hdtr_module(void)
 	CHECK(n == 508 && off == 500 && hdtr_bytes(b, len, 500),
 	      "file cut to 500: %zd, offset %lld, %zu bytes %s", n,
 	      (long long)off, len, hdtr_bytes(b, len, 500) ? "right" : "wrong");
+	free(b);
+	close(fd);
+
+	/* What EMSGSIZE taught the first SEND, the later ones keep. */
+	fd = tmpfile_fd(40000, 3);
+	mock.emsgsize_above = 10000;
+	mock.sent_ok = 0;
+	mock.emsgsize_late = 0;
+	mock.send_calls = 0;
+	off = 0;
+	n = hdtr_nb(fd, &off, 40000, &b, &len);
+	CHECK(n == 40008 && off == 40000 && hdtr_bytes(b, len, 40000) &&
+	      !mock.emsgsize_late,
+	      "EMSGSIZE above 10000: %zd, offset %lld, %zu bytes %s, %d SENDs, %d EMSGSIZE after one went",
+	      n, (long long)off, len, hdtr_bytes(b, len, 40000) ? "right" :
+	      "wrong", mock.send_calls, mock.emsgsize_late);
+	mock.emsgsize_above = ~0ULL;
 	free(b);
 	close(fd);
 }
