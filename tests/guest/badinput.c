@@ -788,6 +788,66 @@ static void batch(int dev, int file)
 	free(want);
 }
 
+/*
+ * A read whose buffer ends in an unmapped page returns the records it
+ * could copy; those it could not stay queued, in order, and still count
+ * as the user's; a read with no room mapped at all fails with EFAULT and
+ * loses none.
+ */
+static void read_put_back(int dev, int file)
+{
+	const size_t rec = sizeof(struct stablesend_cqe);
+	struct stablesend_cqe *edge_cqe, cqe[4];
+	struct stablesend_req r[3];
+	struct stablesend_counters c = { 0 };
+	char *edge = page_before_hole();
+	long long rec0;
+	int sc, ss, i, fl;
+	ssize_t n;
+
+	tcp_pair(AF_INET, &sc, &ss);
+	for (i = 0; i < 3; i++)
+		r[i] = ss_req(file, sc, i * 100, 100, 30 + i);
+	REQUIRE(ss_submit(dev, r, 3) == 3, "3 requests");
+	for (i = 0; i < 1000 && c.cqes_pending < 3; i++) {
+		ss_counters(dev, &c);
+		usleep(10000);
+	}
+	REQUIRE(c.cqes_pending == 3, "3 records pending (%llu)",
+		(unsigned long long)c.cqes_pending);
+	rec0 = fdinfo_num(getpid(), dev, "stablesend-user-records");
+	/* A record lost would make a blocking read wait for good. */
+	fl = fcntl(dev, F_GETFL);
+	REQUIRE(!fcntl(dev, F_SETFL, fl | O_NONBLOCK), "O_NONBLOCK");
+
+	edge_cqe = (struct stablesend_cqe *)(edge + 4096 - rec);
+	n = read(dev, edge_cqe, 3 * rec);
+	CHECK(n == (ssize_t)rec && edge_cqe->user_data == 30,
+	      "read of 3 records into a buffer with room mapped for 1: %zd bytes, user_data %llu",
+	      n, n > 0 ? (unsigned long long)edge_cqe->user_data : 0ULL);
+	EXPECT("read", "buffer wholly unmapped, 2 records queued",
+	       read(dev, edge + 4096, 2 * rec), EFAULT);
+	ss_counters(dev, &c);
+	CHECK(c.cqes_pending == 2 &&
+	      fdinfo_num(getpid(), dev, "stablesend-user-records") == rec0 - 1,
+	      "after 1 read and 1 EFAULT: %llu records pending (want 2), the user's count %lld (want %lld)",
+	      (unsigned long long)c.cqes_pending,
+	      fdinfo_num(getpid(), dev, "stablesend-user-records"), rec0 - 1);
+	n = read(dev, cqe, 4 * rec);
+	CHECK(n == (ssize_t)(2 * rec) && cqe[0].user_data == 31 &&
+	      cqe[1].user_data == 32 && cqe[0].res == 100 && cqe[1].res == 100,
+	      "the records put back: %zd bytes, user_data %llu, %llu (want 2 records, 31 then 32)",
+	      n, (unsigned long long)cqe[0].user_data,
+	      (unsigned long long)cqe[1].user_data);
+	CHECK(fdinfo_num(getpid(), dev, "stablesend-user-records") == rec0 - 3,
+	      "the user's records after all were read: %lld, want %lld",
+	      fdinfo_num(getpid(), dev, "stablesend-user-records"), rec0 - 3);
+	fcntl(dev, F_SETFL, fl);
+	munmap(edge, 4096);
+	close(sc);
+	close(ss);
+}
+
 /* --- files that shrink ----------------------------------------------------- */
 
 static void truncated_before_submit(int dev)
@@ -1134,6 +1194,7 @@ int main(int argc, char **argv)
 	emsgsize(file3m, sc, &sink_expect);
 	nonblock_limit(file3m);
 	batch(dev, file);
+	read_put_back(dev, file);
 	truncated_before_submit(dev);
 trunc:
 	truncated_concurrently(dev);
