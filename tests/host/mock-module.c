@@ -103,7 +103,7 @@ static int mock_send(struct stablesend_req *r)
 	static char buf[65536];
 	__u64 done = 0, flen, tail_len = r->tail_len;
 	struct stat st;
-	int ret;
+	int ret, fl;
 
 	mock.send_calls++;
 	mock.last_send = *r;
@@ -164,7 +164,13 @@ static int mock_send(struct stablesend_req *r)
 			}
 		}
 	}
-	/* As the module: a non-blocking socket takes what it has room for. */
+	/*
+	 * As the module: a non-blocking socket takes what it has room for.
+	 * It reads O_DIRECT files at any alignment; so does the mock, without.
+	 */
+	fl = fcntl(r->file_fd, F_GETFL);
+	if (fl >= 0 && (fl & O_DIRECT))
+		fcntl(r->file_fd, F_SETFL, fl & ~O_DIRECT);
 	ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->head, r->head_len,
 		       &done);
 	while (!ret && flen) {
@@ -177,6 +183,8 @@ static int mock_send(struct stablesend_req *r)
 		ret = mock_put(r->sock_fd, buf, n, &done);
 		flen -= n;
 	}
+	if (fl >= 0 && (fl & O_DIRECT))
+		fcntl(r->file_fd, F_SETFL, fl);
 	if (!ret)
 		ret = mock_put(r->sock_fd, (void *)(uintptr_t)r->tail,
 			       tail_len, &done);
@@ -1008,6 +1016,56 @@ static void nowait_hdtr_module(void)
 	close(fd);
 }
 
+/*
+ * An O_DIRECT input on a non-blocking socket whose SEND found memory for
+ * 50000 bytes, then none (ENOSPC): the copy path cannot read O_DIRECT
+ * (aligned buffers), so stablesend_sendfile() asks again without
+ * STABLESEND_REQ_NOWAIT, waiting for memory, and the rest goes through
+ * the module too.
+ */
+static void nowait_direct(void)
+{
+	const size_t len = 200000;
+	int fd = tmpfile_fd(len, 4), fds[2], big = 2 << 20;
+	struct pollfd p;
+	struct sink s;
+	off_t off = 0;
+	ssize_t n;
+	size_t i;
+
+	CHECK(!fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_DIRECT),
+	      "O_DIRECT on a file under $TMPDIR (or /tmp): %s",
+	      strerror(errno));
+	mock.features |= STABLESEND_FEAT_NOWAIT;
+	mock.nowait_free = 50000;
+	mock.send_calls = 0;
+	stream_pair(AF_INET, fds);
+	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	n = stablesend_sendfile(fds[0], fd, &off, len);
+	p = (struct pollfd){ .fd = fds[0], .events = POLLOUT };
+	CHECK(n > 50000 && (n == (ssize_t)len || poll(&p, 1, 0) == 0) &&
+	      off == n, "O_DIRECT, 50000 bytes free: %zd of %zu, offset %lld, the socket %s",
+	      n, len, (long long)off,
+	      poll(&p, 1, 0) ? "still writable" : "full");
+	CHECK(mock.send_calls >= 3 && !(mock.last_send.flags &
+					STABLESEND_REQ_NOWAIT) &&
+	      stablesend_sendfile_path() == STABLESEND_PATH_MODULE,
+	      "a short SEND, ENOSPC, then SENDs without NOWAIT: %d SENDs, last flags %#x, path %d",
+	      mock.send_calls, mock.last_send.flags,
+	      stablesend_sendfile_path());
+	sink_start(&s, fds[1]);
+	close(fds[0]);
+	sink_finish(&s);
+	for (i = 0; i < s.len && s.buf[i] == pat(i, 4); i++)
+		;
+	CHECK(n > 0 && s.len == (size_t)n && i == s.len,
+	      "received %zu of %zd bytes, wrong at %zu", s.len, n, i);
+	free(s.buf);
+	close(fds[1]);
+	close(fd);
+}
+
 static void setup_enotty(void)
 {
 	mock.setup_err = ENOTTY;
@@ -1053,6 +1111,7 @@ int main(void)
 	CHECK(child(no_hdtr_feature) == 0, "no_hdtr_feature");
 	CHECK(child(nowait_hdtr) == 0, "nowait_hdtr");
 	CHECK(child(nowait_hdtr_module) == 0, "nowait_hdtr_module");
+	CHECK(child(nowait_direct) == 0, "nowait_direct");
 	CHECK(child(setup_enotty) == 0, "setup_enotty");
 	CHECK(child(setup_transient) == 0, "setup_transient");
 	CHECK(child(setup_transient_required) == 0, "setup_transient_required");
