@@ -863,6 +863,40 @@ static void no_hdtr_feature(void)
 }
 
 /*
+ * STABLESEND_REQ_NOWAIT with 50000 bytes of memory free (held once
+ * taken), over a non-blocking TCP pair with room for it all (without root,
+ * TCP grows the send buffer towards tcp_wmem).
+ */
+static void nowait_50000(int fds[2])
+{
+	int big = 2 << 20;
+
+	mock.features |= STABLESEND_FEAT_NOWAIT;
+	mock.nowait_free = 50000;
+	mock.send_calls = 0;
+	stream_pair(AF_INET, fds);
+	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+}
+
+/* Whether @fd is writable now. */
+static int writable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/* Close the sending end of a pair, *@s what the peer then got. */
+static void drain_pair(int fds[2], struct sink *s)
+{
+	sink_start(s, fds[1]);
+	close(fds[0]);
+	sink_finish(s);
+	close(fds[1]);
+}
+
+/*
  * STABLESEND_REQ_NOWAIT: on a non-blocking socket a SEND cut short by the
  * memory free, then ENOSPC.  stablesend_sendfile_hdtr() must go on (the
  * rest as a copy) until the socket is full or all is sent, as a short
@@ -872,34 +906,24 @@ static void nowait_hdtr(void)
 {
 	static const char hd[] = "HEAD", tl[] = "TAIL";
 	const size_t len = 200000, total = 4 + len + 4;
-	int fd = tmpfile_fd(len, 3), fds[2], big = 2 << 20;
-	struct pollfd p;
+	int fd = tmpfile_fd(len, 3), fds[2];
 	struct sink s;
 	off_t off = 0;
 	ssize_t n;
 	size_t i;
 
-	mock.features |= STABLESEND_FEAT_NOWAIT;
-	mock.nowait_free = 50000;
-	mock.send_calls = 0;
-	stream_pair(AF_INET, fds);
-	/* Room for it all (without root, TCP grows it towards tcp_wmem). */
-	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	nowait_50000(fds);
 	n = stablesend_sendfile_hdtr(fds[0], fd, &off, len, hd, 4, tl, 4, 0);
-	p = (struct pollfd){ .fd = fds[0], .events = POLLOUT };
-	CHECK(n > 50000 && (n == (ssize_t)total || poll(&p, 1, 0) == 0),
+	CHECK(n > 50000 && (n == (ssize_t)total || !writable(fds[0])),
 	      "hdtr with 50000 bytes of memory free: %zd of %zu, the socket %s",
-	      n, total, poll(&p, 1, 0) ? "still writable" : "full");
+	      n, total, writable(fds[0]) ? "still writable" : "full");
 	CHECK(mock.send_calls == 2 &&
 	      stablesend_sendfile_path() == STABLESEND_PATH_COPY,
 	      "one SEND cut short, one ENOSPC, then a copy: %d SENDs, path %d",
 	      mock.send_calls, stablesend_sendfile_path());
 	CHECK(n > 4 && off == (n - 4 < (ssize_t)len ? n - 4 : (off_t)len),
 	      "offset %lld after %zd bytes", (long long)off, n);
-	sink_start(&s, fds[1]);
-	close(fds[0]);
-	sink_finish(&s);
+	drain_pair(fds, &s);
 	for (i = 0; i < s.len && n > 0; i++) {
 		unsigned char want = i < 4 ? hd[i] : i < 4 + len ?
 				     pat(i - 4, 3) : tl[i - 4 - len];
@@ -910,7 +934,6 @@ static void nowait_hdtr(void)
 	CHECK(n > 0 && s.len == (size_t)n && i == s.len,
 	      "received %zu of %zd bytes, wrong at %zu", s.len, n, i);
 	free(s.buf);
-	close(fds[1]);
 	close(fd);
 }
 
@@ -926,10 +949,7 @@ static ssize_t hdtr_nb(int fd, off_t *off, size_t count, unsigned char **got,
 	fcntl(fds[0], F_SETFL, O_NONBLOCK);
 	n = stablesend_sendfile_hdtr(fds[0], fd, off, count, "HEAD", 4, "TAIL",
 				     4, 0);
-	sink_start(&s, fds[1]);
-	close(fds[0]);
-	sink_finish(&s);
-	close(fds[1]);
+	drain_pair(fds, &s);
 	*got = s.buf;
 	*got_len = s.len;
 	return n;
@@ -1026,8 +1046,7 @@ static void nowait_hdtr_module(void)
 static void nowait_direct(void)
 {
 	const size_t len = 200000;
-	int fd = tmpfile_fd(len, 4), fds[2], big = 2 << 20;
-	struct pollfd p;
+	int fd = tmpfile_fd(len, 4), fds[2];
 	struct sink s;
 	off_t off = 0;
 	ssize_t n;
@@ -1036,33 +1055,24 @@ static void nowait_direct(void)
 	CHECK(!fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_DIRECT),
 	      "O_DIRECT on a file under $TMPDIR (or /tmp): %s",
 	      strerror(errno));
-	mock.features |= STABLESEND_FEAT_NOWAIT;
-	mock.nowait_free = 50000;
-	mock.send_calls = 0;
-	stream_pair(AF_INET, fds);
-	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	nowait_50000(fds);
 	n = stablesend_sendfile(fds[0], fd, &off, len);
-	p = (struct pollfd){ .fd = fds[0], .events = POLLOUT };
-	CHECK(n > 50000 && (n == (ssize_t)len || poll(&p, 1, 0) == 0) &&
+	CHECK(n > 50000 && (n == (ssize_t)len || !writable(fds[0])) &&
 	      off == n, "O_DIRECT, 50000 bytes free: %zd of %zu, offset %lld, the socket %s",
 	      n, len, (long long)off,
-	      poll(&p, 1, 0) ? "still writable" : "full");
+	      writable(fds[0]) ? "still writable" : "full");
 	CHECK(mock.send_calls >= 3 && !(mock.last_send.flags &
 					STABLESEND_REQ_NOWAIT) &&
 	      stablesend_sendfile_path() == STABLESEND_PATH_MODULE,
 	      "a short SEND, ENOSPC, then SENDs without NOWAIT: %d SENDs, last flags %#x, path %d",
 	      mock.send_calls, mock.last_send.flags,
 	      stablesend_sendfile_path());
-	sink_start(&s, fds[1]);
-	close(fds[0]);
-	sink_finish(&s);
+	drain_pair(fds, &s);
 	for (i = 0; i < s.len && s.buf[i] == pat(i, 4); i++)
 		;
 	CHECK(n > 0 && s.len == (size_t)n && i == s.len,
 	      "received %zu of %zd bytes, wrong at %zu", s.len, n, i);
 	free(s.buf);
-	close(fds[1]);
 	close(fd);
 }
 
