@@ -261,7 +261,10 @@ static void ss_sock_get_ref(struct ss_sock *ss)
  * that submitted is gone, or the device fd was closed by the kernel): a
  * lingering close would run in the kernel's shared delayed-fput work and
  * hold it up for as long as the peer keeps its window shut.  Close as a
- * socket without SO_LINGER does, in the background.
+ * socket without SO_LINGER does, in the background.  Not airtight: a
+ * holder that drops its reference between the check and our fput()
+ * makes ours the last with SO_LINGER still set, as for any file a kernel
+ * thread happens to put last.
  */
 static void ss_sock_unlinger(struct ss_sock *ss)
 {
@@ -287,10 +290,11 @@ void ss_sock_put(struct ss_sock *ss)
 	/* After this no wakeup can be running or start... */
 	remove_wait_queue(&ss->sock->wq.wait, &ss->wait);
 	/*
-	 * ...and nothing can arm the timer again.  Only ss_park() arms it,
-	 * holding a reference, after setting @retry_used: the last put's
-	 * acquire ordering (refcount_dec_and_test()) makes that seen here;
-	 * the timer itself re-arms only while the FIFO has a request.
+	 * ...and nothing can arm the timer again.  Only ss_park() arms it
+	 * (through ss_watch()), holding a reference, after setting
+	 * @retry_used: the last put's acquire ordering
+	 * (refcount_dec_and_test()) makes that seen here; the timer itself
+	 * re-arms only while the FIFO has a request.
 	 */
 	if (ss->retry_used)
 		timer_delete_sync(&ss->retry);
@@ -318,11 +322,6 @@ static bool ss_task_ending(struct task_struct *t)
 	return (READ_ONCE(t->flags) & PF_EXITING) || fatal_signal_pending(t);
 }
 
-/*
- * Queue @req's task work on its submitter or, when that thread is on its
- * way out, on another thread of its process (same pid as far as the
- * socket layer is concerned; the credentials are the request's own).
- */
 /* A thread that can run our task work soon. */
 static bool ss_task_ready(struct task_struct *t)
 {
@@ -340,6 +339,11 @@ static struct task_struct *ss_live_process(struct ss_req *req)
 	return p && !(READ_ONCE(p->signal->flags) & SIGNAL_GROUP_EXIT) ? p : NULL;
 }
 
+/*
+ * Queue @req's task work on its submitter or, when that thread is on its
+ * way out, on another thread of its process (same pid as far as the
+ * socket layer is concerned; the credentials are the request's own).
+ */
 static bool ss_task_add(struct ss_req *req)
 {
 	struct task_struct *p, *t;

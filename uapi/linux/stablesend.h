@@ -174,7 +174,9 @@
  *	end them (the ring holds the file).  The bytes are sent by the
  *	submitting thread, or by another thread of its process (never by
  *	io_uring's own threads), as for SUBMIT: a thread that exits leaves
- *	its commands to the others.
+ *	its commands to the others (from 6.7 on, unless io_uring then still
+ *	tracks a request of that thread on an io_uring fd: io_uring cancels
+ *	the thread's commands too).
  *	Errors before any snapshot (bad cmd_op, a bad command area,
  *	registered buffers) give -EINVAL or -EOPNOTSUPP in the CQE; a
  *	request pointer that faults, -EFAULT.
