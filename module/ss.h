@@ -140,6 +140,9 @@ struct ss_req {
 	bool piecemeal;		/* holds ctx->reserve_lock, reserving per chunk */
 	struct ss_sender *sender;	/* a SEND's, until its snapshot is taken */
 	struct io_uring_cmd *ucmd;	/* an io_uring command's, until its CQE */
+	struct io_uring_cmd *cqe_cmd;	/* its CQE decided, not posted yet */
+	s32 cqe_res;			/* that CQE's result */
+	struct callback_head cqe_tw;	/* posts it in the command's task */
 	bool ring;		/* an io_uring command's: no records */
 	bool finished;		/* off the FIFO: under ss_inflight_lock */
 	bool wants_pages;	/* counted in group->released: the same */

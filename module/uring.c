@@ -5,12 +5,15 @@
  * queued while io_uring issues the command and sent on by the issuing
  * task's process; its completion is the command's CQE instead of a record
  * on the open.  The command holds a reference on the request until that
- * CQE is posted: from io_uring task work, or by io_uring's cancel.
+ * CQE is posted: by the command's task (ss_uring_post()), or by io_uring's
+ * cancel.
  * io_uring asks for the command back (its ring closes, its task execs)
  * through ->uring_cmd with IO_URING_F_CANCEL: the request then ends where
  * it is, as at a close of the device fd.  The command claims its CQE with
  * an xchg() on req->ucmd: whoever gets it posts it.
  */
+#include <linux/sched/task.h>
+#include <linux/task_work.h>
 #include <linux/uaccess.h>
 
 #include "ss.h"
@@ -18,7 +21,7 @@
 struct ss_uring_pdu {
 	struct ss_req *req;	/* set once queued, under ctx->lock */
 	union {
-		s32 res;	/* the CQE's, for task work */
+		s32 res;	/* the CQE's, for task work (before 6.7) */
 		u32 issue_flags; /* while issuing, until queued */
 	};
 	u32 marked;		/* on io_uring's cancelable list (or compat's) */
@@ -80,6 +83,88 @@ static void ss_uring_post_tw(struct io_uring_cmd *cmd, s64 res)
 	io_uring_cmd_complete_in_task(cmd, ss_uring_tw);
 }
 
+#ifdef HAVE_IO_URING_CMD_CANCELABLE
+/*
+ * A command's CQE, once its request ended, is io_uring_cmd_done() from
+ * the module's task work on the command's task, or from io_uring's cancel
+ * if that comes first: whoever takes req->cqe_cmd.  Not io_uring's own
+ * task work (io_uring_cmd_complete_in_task()): a command whose CQE waits
+ * there stays on io_uring's cancelable list, and a closing ring's exit
+ * work (or an exec) calls its cancel in a loop until the task runs that
+ * work, which a task asleep killably (vfork(), a stopped process) may
+ * not do for as long as it likes, nor one whose ring runs task work only
+ * when it waits for CQEs (IORING_SETUP_DEFER_TASKRUN).
+ */
+static void ss_uring_post_fn(struct callback_head *cb)
+{
+	struct ss_req *req = container_of(cb, struct ss_req, cqe_tw);
+	struct io_uring_cmd *cmd = xchg(&req->cqe_cmd, NULL);
+
+	if (cmd) {
+		/* Task work: no io_uring lock held. */
+		io_uring_cmd_done(cmd, req->cqe_res, IO_URING_F_UNLOCKED);
+		ss_req_put(req);	/* the command's */
+	}
+	ss_req_put(req);
+}
+
+/* Post @cmd's CQE, claimed from req->ucmd; any process context. */
+static void ss_uring_post(struct ss_req *req, struct io_uring_cmd *cmd,
+			  s64 res)
+{
+	struct task_struct *t = stablesend_uring_cmd_task(cmd);
+	int err = -ESRCH;
+
+	/* Once @cqe_cmd is out, a cancel may free the command, and its task. */
+	if (t)
+		get_task_struct(t);
+	/* A request holds at most INT_MAX bytes (the open's limit). */
+	req->cqe_res = res;
+	refcount_inc(&req->ref);
+	/* @cqe_res first: whoever takes @cqe_cmd (xchg, cmpxchg) reads it. */
+	smp_store_release(&req->cqe_cmd, cmd);
+	init_task_work(&req->cqe_tw, ss_uring_post_fn);
+	if (t) {
+		/* As io_uring's own: a blocking call of @t may restart. */
+		err = task_work_add(t, &req->cqe_tw, TWA_SIGNAL);
+		put_task_struct(t);
+	}
+	if (!err)
+		return;
+	/*
+	 * The task is past running task work: io_uring's own task work then
+	 * goes to the ring's fallback work, which its exit flushes.  (Task
+	 * unknown, without io_uring_cmd_get_task(): the task's, as before.)
+	 * Unless a cancel posted the CQE meanwhile.
+	 */
+	if (xchg(&req->cqe_cmd, NULL) == cmd)
+		ss_uring_post_tw(cmd, res);
+	ss_req_put(req);
+}
+
+/* io_uring's cancel: a CQE decided but not posted yet goes now. */
+static void ss_uring_cancel_post(struct ss_req *req, struct io_uring_cmd *cmd,
+				 unsigned int issue_flags)
+{
+	if (cmpxchg(&req->cqe_cmd, cmd, NULL) != cmd)
+		return;
+	io_uring_cmd_done(cmd, req->cqe_res, issue_flags);
+	ss_req_put(req);	/* the command's; the poster keeps its own */
+}
+#else
+/* Before 6.7 io_uring never calls a cancel in a loop: its task work. */
+static void ss_uring_post(struct ss_req *req, struct io_uring_cmd *cmd,
+			  s64 res)
+{
+	ss_uring_post_tw(cmd, res);
+}
+
+static void ss_uring_cancel_post(struct ss_req *req, struct io_uring_cmd *cmd,
+				 unsigned int issue_flags)
+{
+}
+#endif
+
 /**
  * ss_uring_complete - post a command's CQE, once
  * @req:	the request
@@ -93,7 +178,7 @@ void ss_uring_complete(struct ss_req *req, s64 res)
 	struct io_uring_cmd *cmd = xchg(&req->ucmd, NULL);
 
 	if (cmd)
-		ss_uring_post_tw(cmd, res);
+		ss_uring_post(req, cmd, res);
 }
 
 /*
@@ -103,11 +188,12 @@ void ss_uring_complete(struct ss_req *req, s64 res)
  * request is cancelled; started, it stops after what the socket took (its
  * sender finishes it, when one is inside sendmsg now); finished and
  * waiting for its pages, it no longer holds the ring, nor is it kicked
- * for (ss_inflight_unwant()).  io_uring asks
- * again while the command is on its list: between its mark and its
- * queueing (an issue from io-wq), or when task work already carries its
- * CQE.  The cancel before 6.7 (compat/uring.c) holds
- * no io_uring lock: it posts from task work.
+ * for (ss_inflight_unwant()); its CQE decided but not posted yet, it is
+ * posted now (ss_uring_cancel_post()).  io_uring asks again while the
+ * command is on its list: between its mark and its queueing (an issue
+ * from io-wq).  The cancel before 6.7 (compat/uring.c) holds no io_uring
+ * lock: it posts from task work, and leaves a decided CQE to its task
+ * work.
  */
 static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
@@ -116,10 +202,25 @@ static void ss_uring_cancel(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	struct ss_req *req;
 	s64 res;
 
+	/*
+	 * A DEFER_TASKRUN ring takes CQEs from its task only: elsewhere (its
+	 * exit work, the task alive) the CQE goes through io_uring's task
+	 * work, and the command off the cancelable list at once.
+	 */
+	if (stablesend_uring_cmd_defer_taskrun(cmd) &&
+	    current != stablesend_uring_cmd_task(cmd))
+		issue_flags &= ~IO_URING_F_COMPLETE_DEFER;
 	spin_lock(&ctx->lock);
 	req = ss_pdu(cmd)->req;
 	if (!req || xchg(&req->ucmd, NULL) != cmd) {
 		spin_unlock(&ctx->lock);
+		/*
+		 * Still on io_uring's list, the command holds @req: its
+		 * poster takes the command off only in io_uring_cmd_done(),
+		 * which waits for the lock io_uring holds around this call.
+		 */
+		if (req && !(issue_flags & STABLESEND_URING_F_WATCHER))
+			ss_uring_cancel_post(req, cmd, issue_flags);
 		return;
 	}
 	queued = !list_empty(&req->ctx_node);

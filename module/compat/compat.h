@@ -230,6 +230,27 @@ static void name(struct io_uring_cmd *ioucmd, unsigned int issue_flags)	\
 }
 #endif
 
+/* The task a command's task work runs in; NULL where unknown. */
+static inline struct task_struct *
+stablesend_uring_cmd_task(struct io_uring_cmd *cmd)
+{
+#ifdef HAVE_IO_URING_CMD_GET_TASK
+	return io_uring_cmd_get_task(cmd);
+#else
+	return NULL;
+#endif
+}
+
+/* Whether the command's ring takes CQEs from its task only. */
+static inline bool stablesend_uring_cmd_defer_taskrun(struct io_uring_cmd *cmd)
+{
+#ifdef HAVE_IO_URING_CMD_CANCELABLE
+	return cmd_to_io_kiocb(cmd)->ctx->flags & IORING_SETUP_DEFER_TASKRUN;
+#else
+	return false;	/* io_uring never cancels a command itself */
+#endif
+}
+
 #ifndef HAVE_IO_URING_CMD_CANCELABLE
 /*
  * Before 6.7 io_uring never gives a driver's command back: compat/uring.c

@@ -67,6 +67,8 @@ probe HAVE_IO_TW_REQ 'struct io_tw_req \{' linux/io_uring_types.h
 # 6.7 (93b8cc60c37b, "io_uring: cancelable uring_cmd"): commands io_uring
 # cancels through ->uring_cmd when the ring or the task goes away.
 probe HAVE_IO_URING_CMD_CANCELABLE 'void io_uring_cmd_mark_cancelable\(' linux/io_uring/cmd.h
+# io_uring_cmd_get_task(): the task a command's task work goes to.
+probe HAVE_IO_URING_CMD_GET_TASK 'io_uring_cmd_get_task\(' linux/io_uring/cmd.h
 # 6.8: list_lru_add() takes the NUMA node and memory cgroup;
 # list_lru_add_obj() derives them from the object, as list_lru_add() did.
 probe HAVE_LIST_LRU_ADD_OBJ 'bool list_lru_add_obj\(' linux/list_lru.h

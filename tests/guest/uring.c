@@ -978,6 +978,155 @@ static void ring_closed(long long base)
 	      "opens not freed: %lld, want %lld", ss_stat("contexts"), base);
 }
 
+/* Kernel CPU time so far, all CPUs, in USER_HZ ticks (/proc/stat). */
+static long long kernel_ticks(void)
+{
+	unsigned long long v[7] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	int n;
+
+	REQUIRE(f, "/proc/stat");
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+		   &v[2], &v[3], &v[4], &v[5], &v[6]);
+	fclose(f);
+	REQUIRE(n == 7, "/proc/stat: %d fields", n);
+	return v[2] + v[5] + v[6];	/* system, irq, softirq */
+}
+
+struct vforker {
+	struct ring r;
+	unsigned int ring_flags;
+	int dev, a, file, self_cancel;
+	atomic_int ready;	/* 1: submitted, -1: failed */
+	pid_t tid;
+	atomic_int child;	/* its pid, as the child says (memory shared) */
+	char stack[64 << 10] __attribute__((aligned(16)));	/* the child's */
+};
+
+static int vfork_child_fn(void *arg)
+{
+	struct vforker *v = arg;
+
+	atomic_store(&v->child, getpid());
+	for (;;)
+		pause();
+	return 0;
+}
+
+/*
+ * Sets up a ring (a DEFER_TASKRUN one is its creator's alone), submits a
+ * command that fills its socket and one queued behind it (8), cancels
+ * that one itself if asked, then waits in a vfork().
+ */
+static void *vforker_fn(void *arg)
+{
+	struct vforker *v = arg;
+	struct stablesend_req q1 = ss_req(v->file, v->a, 0, 4 << 20, 7);
+	struct stablesend_req q2 = ss_req(v->file, v->a, 0, 4096, 8);
+	__u64 ud = 8;
+	pid_t pid;
+
+	v->tid = gettid();
+	if (ring_init(&v->r, 8, v->ring_flags) ||
+	    submit_one(&v->r, v->dev, &q1, 7, 0) != 1 ||
+	    submit_one(&v->r, v->dev, &q2, 8, 0) != 1 ||
+	    (v->self_cancel && ioctl(v->dev, STABLESEND_IOC_CANCEL, &ud) != 1)) {
+		atomic_store(&v->ready, -1);
+		return NULL;
+	}
+	atomic_store(&v->ready, 1);
+	/*
+	 * vfork(), but the fd table shared, so that the ring's last file
+	 * reference can go: the wait for the child is killable, not
+	 * interruptible, and task work waits for the child.
+	 */
+	pid = clone(vfork_child_fn, v->stack + sizeof(v->stack),
+		    CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, v);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return NULL;
+}
+
+/* The vfork() child of @v's thread, once that thread waits for it. */
+static pid_t vfork_child(struct vforker *v)
+{
+	double end = now_s() + 10 * ss_debug_scale(4);
+	char path[64], state = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", v->tid);
+	while (now_s() < end) {
+		f = fopen(path, "r");
+		if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
+			state = 0;
+		if (f)
+			fclose(f);
+		if (atomic_load(&v->child) > 0 && state == 'D')
+			return atomic_load(&v->child);
+		usleep(10000);
+	}
+	return 0;
+}
+
+/*
+ * A queued command cancelled by another thread while its issuing thread
+ * waits in vfork(), where no task work reaches it (or, on a DEFER_TASKRUN
+ * ring, whose task work runs only when the thread waits for CQEs, by
+ * that thread itself just before), then its ring closed: the command's
+ * CQE was decided but not posted, and io_uring's exit work must not spin
+ * on the command meanwhile.
+ * The kernel's CPU time over the next second stays that of an idle
+ * system; once the child goes, the thread runs again and everything
+ * comes back.
+ */
+static void ring_closed_vfork(long long base, unsigned int ring_flags,
+			      int self_cancel)
+{
+	struct vforker v = {
+		.dev = ss_dev(), .file = temp_file(4 << 20, 'v'),
+		.ring_flags = ring_flags, .self_cancel = self_cancel,
+	};
+	long long t0, busy, hz = sysconf(_SC_CLK_TCK);
+	char what[80];
+	__u64 ud = 8;
+	pthread_t th;
+	pid_t child;
+	int b;
+
+	snprintf(what, sizeof(what), "%s ring, cancelled by %s",
+		 ring_flags ? "DEFER_TASKRUN" : "plain",
+		 self_cancel ? "its own thread" : "another thread");
+	unix_pair(&v.a, &b);
+	REQUIRE(!pthread_create(&th, NULL, vforker_fn, &v), "pthread_create");
+	for (int i = 0; i < 1000 && !atomic_load(&v.ready); i++)
+		usleep(10000);
+	REQUIRE(atomic_load(&v.ready) == 1, "%s: the thread's ring and commands", what);
+	child = vfork_child(&v);
+	REQUIRE(child > 0, "%s: the thread waiting in vfork()", what);
+	if (!self_cancel)
+		CHECK(ioctl(v.dev, STABLESEND_IOC_CANCEL, &ud) == 1, "%s: CANCEL took none", what);
+	ring_exit(&v.r);
+	usleep(200000);
+	t0 = kernel_ticks();
+	usleep(1000000);
+	busy = kernel_ticks() - t0;
+	printf("%s, then closed while the thread waits in vfork(): the kernel busy %lld%% of a CPU for 1 s\n",
+	       what, busy * 100 / hz);
+	CHECK(busy * 100 < 30 * hz,
+	      "%s: the kernel spent %lld%% of a CPU for 1 s after the ring closed: its exit work spins on the command",
+	      what, busy * 100 / hz);
+	kill(child, SIGKILL);
+	pthread_join(th, NULL);
+	close(v.a);
+	close(b);
+	close(v.file);
+	close(v.dev);
+	CHECK(ss_drained(10 * ss_debug_scale(4)), "%s: pages still in flight: %lld requests",
+	      what, ss_stat("requests_in_flight"));
+	CHECK(ss_stat_wait("contexts", base, 10 * ss_debug_scale(4)) == base,
+	      "%s: opens not freed: %lld, want %lld", what, ss_stat("contexts"), base);
+}
+
 /*
  * The submitter killed, or exec()ing, with commands stuck on a peer we
  * hold (exec waits for every io_uring request of the task): it goes at
@@ -1254,6 +1403,9 @@ int main(int argc, char **argv)
 	async_issue();
 	linked();
 	ring_closed(base);
+	ring_closed_vfork(base, 0, 0);
+	ring_closed_vfork(base, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, 0);
+	ring_closed_vfork(base, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, 1);
 	gone(base, 0, 0);
 	gone(base, IORING_SETUP_SQPOLL, 0);
 	gone(base, 0, 1);
