@@ -445,6 +445,23 @@ static size_t conn_close(struct conn *c, off_t start)
 	return c->sink.len;
 }
 
+/* Whether @fd is writable now (or poll() fails: not known to be full). */
+static int writable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+	return poll(&p, 1, 0) != 0;
+}
+
+/* Close the sending end of a pair, *@s what the peer then got. */
+static void drain_pair(int fds[2], struct sink *s)
+{
+	sink_start(s, fds[1]);
+	close(fds[0]);
+	sink_finish(s);
+	close(fds[1]);
+}
+
 static void test_sendfile(void)
 {
 	const size_t size = 3 * MOCK_LIMIT + 777;
@@ -562,7 +579,6 @@ static void test_sendfile(void)
 		struct sink s;
 		int fds[2], sndbuf;
 		socklen_t sl = sizeof(sndbuf);
-		struct pollfd p;
 
 		stream_pair(AF_UNIX, fds);
 		fcntl(fds[0], F_SETFL, O_NONBLOCK);
@@ -570,15 +586,12 @@ static void test_sendfile(void)
 		off = 0;
 		mock.send_calls = 0;
 		n = stablesend_sendfile(fds[0], fd, &off, size);
-		p = (struct pollfd){ .fd = fds[0], .events = POLLOUT };
 		CHECK(n > 0 && n <= sndbuf && off == n && mock.send_calls >= 2 &&
-		      poll(&p, 1, 0) == 0,
+		      !writable(fds[0]),
 		      "non-blocking: %zd (sndbuf %d) in %d SENDs, the socket %s",
 		      n, sndbuf, mock.send_calls,
-		      poll(&p, 1, 0) ? "still writable" : "full");
-		sink_start(&s, fds[1]);
-		close(fds[0]);
-		sink_finish(&s);
+		      writable(fds[0]) ? "still writable" : "full");
+		drain_pair(fds, &s);
 		free(s.buf);
 	}
 
@@ -877,23 +890,6 @@ static void nowait_50000(int fds[2])
 	stream_pair(AF_INET, fds);
 	setsockopt(fds[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
 	fcntl(fds[0], F_SETFL, O_NONBLOCK);
-}
-
-/* Whether @fd is writable now. */
-static int writable(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-
-	return poll(&p, 1, 0) > 0;
-}
-
-/* Close the sending end of a pair, *@s what the peer then got. */
-static void drain_pair(int fds[2], struct sink *s)
-{
-	sink_start(s, fds[1]);
-	close(fds[0]);
-	sink_finish(s);
-	close(fds[1]);
 }
 
 /*
