@@ -1051,17 +1051,9 @@ static void *vforker_fn(void *arg)
 static pid_t vfork_child(struct vforker *v)
 {
 	double end = now_s() + 10 * ss_debug_scale(4);
-	char path[64], state = 0;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", v->tid);
 	while (now_s() < end) {
-		f = fopen(path, "r");
-		if (f && fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
-			state = 0;
-		if (f)
-			fclose(f);
-		if (atomic_load(&v->child) > 0 && state == 'D')
+		if (atomic_load(&v->child) > 0 && thread_state(v->tid) == 'D')
 			return atomic_load(&v->child);
 		usleep(10000);
 	}
